@@ -1,0 +1,278 @@
+"""Routing between replay and eager for one recorded callable, and the rules that guard replay.
+
+``Recorder`` is the mechanism behind :class:`~lucid_capture.NetworkRecorder` and
+:class:`~lucid_capture.LossRecorder`. Each call goes one of two ways:
+
+- **replay**: the call matches the recording (rule 3), nothing is pending (rule 2), and live
+  gradients are copied out of the recording's buffers first (rule 1); or
+- **eager**: the wrapped callable runs as if there were no recorder, and the reason is counted
+  (rule 7).
+
+The recording is made on the first call that could replay, and freed by :meth:`Recorder.reset`
+(rule 8). Tensors a replay hands out (outputs and parameter gradients) are the recording's own
+buffers: parameter ``.grad`` is protected by rule 1, anything else kept past the next forward
+must be cloned by whoever keeps it.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from lucid_capture.reasons import Reason
+from lucid_capture.recording import Recording, record
+from lucid_capture.replay import Replay, ReplayCall
+from lucid_capture.signature import CallSignature, parameter_identity, unsupported
+from lucid_capture.stats import CaptureStats, CaptureWarning
+from lucid_capture.tree import unflatten
+
+
+class _Hold:
+    """A token alive while a replay's backward is pending."""
+
+
+class Recorder:
+    """Record ``fn`` as CUDA graphs on first use and replay it while calls match.
+
+    Args:
+        fn: the callable to record; its tensor arguments are copied into static buffers, its
+            non-tensor arguments are baked into the recording as constants.
+        params: returns the tensors ``fn`` reads besides its arguments (a module's parameters);
+            gradients flow to them through autograd as in eager.
+        buffers: returns the tensors ``fn`` updates in place (BatchNorm running statistics);
+            warm-up's changes to them are undone.
+        training: returns whether ``fn`` is in training mode; otherwise calls run eager.
+        name: how this recorder is named in warnings and summaries.
+        warmup_iters: forward/backward passes before capture (cuDNN and allocator warm-up).
+        max_recordings: recordings allowed per fit (a retirement makes the next one).
+        enabled: ``False`` runs every call eager with reason ``disabled``.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        params: Callable[[], Sequence[torch.Tensor]] = tuple,
+        buffers: Callable[[], Sequence[torch.Tensor]] = tuple,
+        training: Callable[[], bool] = lambda: True,
+        name: str = "recorder",
+        warmup_iters: int = 3,
+        max_recordings: int = 4,
+        enabled: bool = True,
+    ) -> None:
+        if warmup_iters < 1:
+            raise ValueError(f"warmup_iters must be at least 1, got {warmup_iters}")
+        self.fn = fn
+        self._params = params
+        self._buffers = buffers
+        self._training = training
+        self.name = name
+        self.warmup_iters = warmup_iters
+        self.max_recordings = max_recordings
+        self.enabled = enabled
+        self.stats = CaptureStats(name)
+        self._recording: Recording | None = None
+        self._stream: torch.cuda.Stream | None = None
+        self._pending: int | None = None
+        self._failed = False
+
+    # -- public ---------------------------------------------------------------------------
+
+    def __call__(self, *args: Any) -> Any:
+        reason = self._route(args)
+        if reason is not None:
+            self.stats.count_eager(reason, self._detail(reason, args))
+            return self.fn(*args)
+        return self._replay(args)
+
+    @property
+    def recorded(self) -> bool:
+        return self._recording is not None
+
+    @property
+    def pending_backward(self) -> bool:
+        return self._pending is not None
+
+    def reset(self) -> None:
+        """Free the recording and its memory pool and zero the counters (a new fit starts here)."""
+        self.release()
+        self.stats.reset()
+        self._failed = False
+
+    def release(self) -> None:
+        """Free the recording and its memory pool, keeping the counters."""
+        if self._recording is not None:
+            self._recording.release()
+            self._recording = None
+        self._pending = None
+        self._stream = None
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+
+    def summary(self) -> str:
+        return self.stats.summary()
+
+    def parameters(self) -> Sequence[torch.Tensor]:
+        """The tensors ``fn`` reads besides its arguments."""
+        return self._params()
+
+    def buffers(self) -> Sequence[torch.Tensor]:
+        """The tensors ``fn`` updates in place."""
+        return self._buffers()
+
+    def is_training(self) -> bool:
+        return self._training()
+
+    # -- routing --------------------------------------------------------------------------
+
+    def _route(self, args: Sequence[Any]) -> Reason | None:
+        """``None`` to replay (recording first if needed), else why this call runs eager."""
+        if not self.enabled:
+            return Reason.DISABLED
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        if not torch.cuda.is_available() or not tensors or not tensors[0].is_cuda:
+            return Reason.NO_CUDA
+        if any(t.device != tensors[0].device for t in tensors):
+            return Reason.DEVICE
+        if not torch.is_grad_enabled() or not self.is_training():
+            return Reason.INFERENCE
+        if self._pending is not None:  # rule 2: the hold
+            return Reason.PENDING_BACKWARD
+        if self._failed:
+            return Reason.CAPTURE_FAILED
+        if unsupported(args):
+            return Reason.UNSUPPORTED_DTYPE
+        reason = self._early_mismatch(args)
+        if reason is not None:
+            return reason
+        params = tuple(self.parameters())
+        if self._recording is not None and self._recording.identity != parameter_identity(params):
+            self._retire(Reason.PARAMETERS_SWAPPED)
+        if self._recording is not None:
+            return self._recording.signature.mismatch(CallSignature.of(args))
+        if self.stats.recordings >= self.max_recordings:
+            return Reason.RECORDING_LIMIT
+        return self._record(args, params)
+
+    def _early_mismatch(self, args: Sequence[Any]) -> Reason | None:
+        """A subclass's own check, ahead of the signature (e.g. target capacity)."""
+        return None
+
+    def _detail(self, reason: Reason, args: Sequence[Any]) -> str:
+        if self._recording is None or reason not in (Reason.SHAPE, Reason.LAYOUT, Reason.DTYPE):
+            return ""
+        now = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+        was = [
+            tuple(self._recording.static_args[i].shape) for i in self._recording.tensor_positions
+        ]
+        return f"recorded shapes {was}, called with {now}"
+
+    def _record(self, args: Sequence[Any], params: tuple[torch.Tensor, ...]) -> Reason | None:
+        device = next(a for a in args if isinstance(a, torch.Tensor)).device
+        if self._stream is None or self._stream.device != device:
+            self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+        try:
+            self._recording = record(
+                self.fn,
+                args,
+                params,
+                tuple(self.buffers()),
+                stream=self._stream,
+                warmup_iters=self.warmup_iters,
+            )
+        except Exception as error:  # a failed capture can leave the context unusable: stop here
+            self._failed = True
+            self._recording = None
+            torch.cuda.synchronize()
+            warnings.warn(
+                f"lucid-capture [{self.name}]: recording failed, running eager for the rest of "
+                f"the fit: {type(error).__name__}: {error}",
+                CaptureWarning,
+                stacklevel=4,
+            )
+            return Reason.CAPTURE_FAILED
+        self.stats.recordings += 1
+        return None
+
+    def _retire(self, reason: Reason) -> None:
+        assert self._recording is not None
+        self._recording.release()
+        self._recording = None
+        self.stats.retire(reason)
+
+    # -- replay ---------------------------------------------------------------------------
+
+    def _replay(self, args: Sequence[Any]) -> Any:
+        rec = self._recording
+        assert rec is not None
+        live = [args[i] for i in rec.tensor_positions]
+        self._copy_out_live_gradients(rec, live)
+        hold = _Hold()
+        call = ReplayCall(rec, self.stats, hold)
+        outputs = Replay.apply(call, *live, *rec.params)  # type: ignore[no-untyped-call]
+        if rec.differentiable and any(outputs[i].requires_grad for i in rec.differentiable):
+            self._hold(hold, outputs[rec.differentiable[0]])
+        return unflatten(rec.rebuild, list(outputs))
+
+    def _copy_out_live_gradients(self, rec: Recording, live: Sequence[torch.Tensor]) -> None:
+        """Rule 1: a ``.grad`` that is a recording buffer is cloned before the replay overwrites it.
+
+        A replayed backward returns its static gradient buffers and AccumulateGrad may adopt one as
+        ``.grad``; under accumulation (or ``zero_grad(set_to_none=False)``) that gradient is still
+        alive at the next replay. The copy happens here, at forward time: the hold guarantees no
+        other replay writes the buffers before this call's backward. Copying from a hook inside the
+        backward was measured to corrupt accumulated gradients (seed 000).
+        """
+        for (kind, index), static_grad in zip(rec.targets, rec.static_grads, strict=True):
+            if static_grad is None:
+                continue
+            owner = live[index] if kind == "arg" else rec.params[index]
+            grad = owner.grad if owner.is_leaf else None
+            if grad is not None and _same_storage(grad, static_grad):
+                owner.grad = grad.clone()
+
+    def _hold(self, hold: _Hold, output: torch.Tensor) -> None:
+        """Rule 2: later forwards run eager until this replay's backward has run."""
+        self._pending = token = id(hold)
+
+        def release(*_: object) -> None:
+            if self._pending == token:
+                self._pending = None
+
+        node = output.grad_fn
+        assert node is not None
+        node.register_hook(release)
+        # An output dropped without a backward frees the node, its call and the hold with it.
+        weakref.finalize(hold, release)
+
+    # -- copies ---------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError(
+            f"lucid-capture [{self.name}]: a recorder holds CUDA graphs and cannot be pickled; "
+            "keep it out of what you save (state_dict keys are the module's own)"
+        )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Recorder:
+        """A copy (e.g. an EMA model's) starts unrecorded, around copies of what it wraps."""
+        import copy
+
+        clone = object.__new__(type(self))
+        for key, value in self.__dict__.items():
+            if key in ("_recording", "_stream", "_pending"):
+                clone.__dict__[key] = None
+            elif key == "stats":
+                clone.__dict__[key] = CaptureStats(self.name)
+            else:
+                clone.__dict__[key] = copy.deepcopy(value, memo)
+        clone._failed = False
+        return clone
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()

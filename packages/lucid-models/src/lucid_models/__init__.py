@@ -1,0 +1,3 @@
+"""lucid_models."""
+
+__version__ = "0.1.0"

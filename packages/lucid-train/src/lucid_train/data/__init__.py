@@ -1,0 +1,63 @@
+"""Data: formats, the `Targets` record, augmentation, the DataModule and the synthetic sets.
+
+Get batches for a task with `LucidDataModule` (``data=None`` uses the built-in synthetic set)::
+
+    dm = LucidDataModule("detect", img_size=320, batch_size=16)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))  # a `Batch`
+"""
+
+from lucid_train.data.augment import AugmentConfig, LetterboxParams, TrainAugment
+from lucid_train.data.coco import coco_document, read_coco, write_coco
+from lucid_train.data.datamodule import LucidDataModule
+from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset
+from lucid_train.data.dota import read_dota, tile_dota
+from lucid_train.data.image_io import CorruptImageError
+from lucid_train.data.layout import LayoutError, probe_layouts, read_split, resolve_layout
+from lucid_train.data.records import (
+    DataFormatError,
+    DatasetIndex,
+    DatasetSchema,
+    ImageRecord,
+    LoadReport,
+    Task,
+)
+from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
+from lucid_train.data.targets import Targets, TargetsError
+from lucid_train.data.transport import Batch, Sample, collate
+from lucid_train.data.yolo_txt import read_yolo, write_yolo
+
+__all__ = [
+    "AugmentConfig",
+    "Batch",
+    "CorruptImageError",
+    "DataFormatError",
+    "DatasetIndex",
+    "DatasetSchema",
+    "EpochSampler",
+    "EvalDataset",
+    "ImageRecord",
+    "LayoutError",
+    "LetterboxParams",
+    "LoadReport",
+    "LucidDataModule",
+    "Sample",
+    "SyntheticSpec",
+    "Targets",
+    "TargetsError",
+    "Task",
+    "TrainAugment",
+    "TrainDataset",
+    "coco_document",
+    "collate",
+    "probe_layouts",
+    "read_coco",
+    "read_dota",
+    "read_split",
+    "read_yolo",
+    "resolve_layout",
+    "synthetic_dataset",
+    "tile_dota",
+    "write_coco",
+    "write_yolo",
+]

@@ -1,0 +1,77 @@
+"""Copy-paste in ``flip`` mode: paste mirrored copies of some instances into their own image.
+
+An instance is eligible when its mirrored box overlaps every existing box by less than 30% of
+its own area (intersection over the mirrored box). A fraction ``p`` of the eligible instances,
+chosen at random, is cut out of the mirrored image along its ring and pasted; its mirrored
+targets are appended. Needs rings: polygons (segment) or rotated-box corners (obb); other tasks
+draw nothing (assumptions.md D2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from lucid_train.data.augment.flip import flip_targets
+from lucid_train.data.rotated import rbox_corners
+from lucid_train.data.targets import Targets
+
+MAX_OVERLAP = 0.30
+
+
+def _ioa(boxes: np.ndarray, others: np.ndarray) -> np.ndarray:
+    """``(N, M)``: overlap of ``boxes`` (N, 4) with ``others`` (M, 4) over the ``boxes`` area."""
+    lt = np.maximum(boxes[:, None, :2], others[None, :, :2])
+    rb = np.minimum(boxes[:, None, 2:], others[None, :, 2:])
+    inter = np.clip(rb - lt, 0, None).prod(-1)
+    area = np.clip(boxes[:, 2:] - boxes[:, :2], 0, None).prod(-1)
+    out: np.ndarray = inter / np.maximum(area, 1e-9)[:, None]  # (N, M)
+    return out
+
+
+@dataclass(frozen=True)
+class CopyPasteParams:
+    """One draw: indices of the instances to paste mirrored (may be empty)."""
+
+    chosen: tuple[int, ...] = ()
+
+    @classmethod
+    def sample(
+        cls, rng: np.random.Generator, targets: Targets, width: float, p: float
+    ) -> CopyPasteParams:
+        if p <= 0 or not len(targets) or (targets.polygons is None and targets.rboxes is None):
+            return cls()
+        mirrored = flip_targets(targets, width).boxes.astype(np.float64)
+        eligible = np.flatnonzero(
+            _ioa(mirrored, targets.boxes.astype(np.float64)).max(1) < MAX_OVERLAP
+        )
+        k = round(p * len(eligible))
+        if k == 0:
+            return cls()
+        return cls(tuple(sorted(int(i) for i in rng.choice(eligible, size=k, replace=False))))
+
+
+def _rings(targets: Targets) -> list[np.ndarray]:
+    if targets.polygons is not None:
+        return [r.astype(np.float64) for r in targets.polygons]
+    assert targets.rboxes is not None  # sample() draws nothing otherwise
+    return list(rbox_corners(targets.rboxes))
+
+
+def apply_copy_paste(
+    image: Image.Image, targets: Targets, params: CopyPasteParams
+) -> tuple[Image.Image, Targets]:
+    """Paste the chosen instances mirrored; identity when nothing was chosen."""
+    if not params.chosen:
+        return image, targets
+    pasted = flip_targets(targets.select(list(params.chosen)), image.width)
+    mask = Image.new("L", image.size, 0)
+    draw = ImageDraw.Draw(mask)
+    for ring in _rings(pasted):
+        # Unshifted coordinates keep ImageDraw's half-pixel growth centred (see data.masks).
+        draw.polygon([(float(x), float(y)) for x, y in ring], fill=255)
+    out = image.copy()
+    out.paste(image.transpose(Image.Transpose.FLIP_LEFT_RIGHT), (0, 0), mask)
+    return out, Targets.concat([targets, pasted])

@@ -1,0 +1,210 @@
+"""A small, strict reader for the subset of YAML that YOLO ``data.yaml`` files use.
+
+PyYAML is not a dependency of lucid, so this reads only what those files hold (assumptions.md
+D10): top-level ``key: scalar``, ``key: [inline, list]``, a ``key:`` followed by an indented block
+list (``- item``) or block mapping (``0: name``), and block scalars (``key: |``, kept as text).
+Scalars are ints, floats, ``true``/``false``/``null`` and plain or quoted strings; ``#`` starts a
+comment outside quotes. Anything else is refused with the file, the line and what to change,
+rather than guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from lucid_train.data.records import DataFormatError
+
+_KEY = re.compile(r"^([A-Za-z0-9_\-]+)\s*:(.*)$")
+
+
+def _strip_comment(line: str) -> str:
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def _scalar(text: str, where: str) -> Any:
+    s = text.strip()
+    if not s or s in ("~", "null", "Null", "NULL"):
+        return None
+    if s[0] in "'\"":
+        if len(s) < 2 or s[-1] != s[0]:
+            raise DataFormatError(f"{where}: unterminated quoted string {s!r}")
+        return s[1:-1]
+    if s in ("true", "True", "TRUE"):
+        return True
+    if s in ("false", "False", "FALSE"):
+        return False
+    if s[0] in "[{":
+        return _inline(s, where)
+    if s[0] in "&*!|>%@`":
+        raise DataFormatError(
+            f"{where}: YAML feature {s[0]!r} is not supported in data.yaml; write a plain value"
+        )
+    for cast in (int, float):
+        try:
+            return cast(s)
+        except ValueError:
+            pass
+    return s
+
+
+def _split_top(body: str, where: str) -> list[str]:
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, ""
+    for ch in body:
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    if depth or quote:
+        raise DataFormatError(f"{where}: unbalanced brackets or quotes in {body!r}")
+    parts.append("".join(cur))
+    return [p for p in parts if p.strip()]
+
+
+def _inline(s: str, where: str) -> Any:
+    if s[0] == "[":
+        if s[-1] != "]":
+            raise DataFormatError(
+                f"{where}: inline list must end with ']' on the same line, got {s!r}"
+            )
+        return [_scalar(p, where) for p in _split_top(s[1:-1], where)]
+    if s[-1] != "}":
+        raise DataFormatError(
+            f"{where}: inline mapping must end with '}}' on the same line, got {s!r}"
+        )
+    out: dict[Any, Any] = {}
+    for part in _split_top(s[1:-1], where):
+        key, sep, value = part.partition(":")
+        if not sep:
+            raise DataFormatError(
+                f"{where}: expected 'key: value' inside {{...}}, got {part.strip()!r}"
+            )
+        out[_scalar(key, where)] = _scalar(value, where)
+    return out
+
+
+def parse_data_yaml(text: str, source: str = "data.yaml") -> dict[str, Any]:
+    """Parse the data.yaml subset described in the module docstring into a dict."""
+    lines = text.splitlines()
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(lines):
+        where = f"{source}:{i + 1}"
+        raw = lines[i]
+        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
+            raise DataFormatError(f"{where}: tab indentation; indent with spaces")
+        line = _strip_comment(raw)
+        i += 1
+        if not line.strip() or line.strip() == "---":
+            continue
+        if line[0].isspace():
+            raise DataFormatError(
+                f"{where}: unexpected indentation in {raw.strip()!r}; "
+                "top-level keys start at column 1"
+            )
+        m = _KEY.match(line)
+        if not m:
+            raise DataFormatError(f"{where}: expected 'key: value', got {raw.strip()!r}")
+        key, rest = m.group(1), m.group(2).strip()
+        if key in out:
+            raise DataFormatError(f"{where}: key {key!r} appears twice")
+        if rest in ("|", ">", "|-", ">-"):
+            block = []
+            while i < len(lines) and (not lines[i].strip() or lines[i][0].isspace()):
+                block.append(lines[i].strip())
+                i += 1
+            out[key] = "\n".join(block).strip()
+            continue
+        if rest:
+            out[key] = _scalar(rest, where)
+            continue
+        items: list[Any] = []
+        mapping: dict[Any, Any] = {}
+        while i < len(lines):
+            sub = _strip_comment(lines[i])
+            if not sub.strip():
+                i += 1
+                continue
+            if not sub[0].isspace():
+                break
+            sub_where = f"{source}:{i + 1}"
+            body = sub.strip()
+            if body.startswith("- ") or body == "-":
+                if mapping:
+                    raise DataFormatError(
+                        f"{sub_where}: mixes list items and mapping entries under {key!r}"
+                    )
+                items.append(_scalar(body[1:], sub_where))
+            else:
+                k, sep, v = body.partition(":")
+                if not sep or not k.strip():
+                    raise DataFormatError(
+                        f"{sub_where}: expected '- item' or 'key: value' under {key!r}, "
+                        f"got {body!r}"
+                    )
+                if items:
+                    raise DataFormatError(
+                        f"{sub_where}: mixes list items and mapping entries under {key!r}"
+                    )
+                if not v.strip():
+                    raise DataFormatError(
+                        f"{sub_where}: nested blocks are not supported under {key!r}; "
+                        "write the value inline"
+                    )
+                mapping[_scalar(k, sub_where)] = _scalar(v, sub_where)
+            i += 1
+        out[key] = mapping if mapping else (items if items else None)
+    return out
+
+
+def read_data_yaml(path: Path) -> dict[str, Any]:
+    """Read and parse ``path`` (see `parse_data_yaml`)."""
+    return parse_data_yaml(path.read_text(), str(path))
+
+
+def dump_data_yaml(values: dict[str, Any]) -> str:
+    """Write a flat dict of scalars, lists and int-keyed ``names`` back in the same subset."""
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(fmt(x) for x in v) + "]"
+        if v is None:
+            return "null"
+        return "'" + str(v).replace("'", "") + "'"
+
+    lines = []
+    for key, v in values.items():
+        if isinstance(v, str) and "\n" in v:
+            lines.append(f"{key}: |")
+            lines.extend(f"  {line}" for line in v.splitlines())
+        elif isinstance(v, dict):
+            lines.append(f"{key}:")
+            lines.extend(f"  {k}: {fmt(x)}" for k, x in v.items())
+        else:
+            lines.append(f"{key}: {fmt(v)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,208 @@
+"""`LucidDataModule`: the splits of one dataset (or a built-in synthetic set) as DataLoaders.
+
+Batches are `lucid_train.data.transport.Batch` objects. Training loaders use `EpochSampler` (per
+sample seeds from ``(seed, epoch, position)``, close-mosaic from ``trainer.max_epochs``), worker
+processes with one thread each, pinned memory when CUDA is present, and ``drop_last`` so every
+step has the full batch shape. Layout verdicts happen in `setup`, not in ``__init__``, so a config
+with a placeholder path still parses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from lucid_train.data.augment.config import AugmentConfig
+from lucid_train.data.coco import coco_document
+from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset, worker_init
+from lucid_train.data.image_io import Verify
+from lucid_train.data.layout import Layout, read_split
+from lucid_train.data.records import TASKS, DatasetIndex, DatasetSchema, Task
+from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
+from lucid_train.data.transport import Batch, collate
+from lucid_train.data.yolo_txt import MissingLabels
+
+
+class LucidDataModule(L.LightningDataModule):
+    """Training and evaluation data for one task.
+
+    Args:
+        task: ``detect``, ``segment``, ``pose`` or ``obb``.
+        data: dataset folder (or YOLO ``data.yaml``); None uses the built-in synthetic set.
+        layout: on-disk layout, or ``auto`` to probe (`lucid_train.data.layout`).
+        img_size: square canvas side of every batch (a multiple of 32).
+        batch_size: images per batch (also the mosaic partner pool).
+        num_workers: loader processes; None picks ``min(batch_size, cpu count - 1)``.
+        augment: training augmentation; None takes `AugmentConfig.for_variant` when ``variant``
+            is given, else the defaults of record.
+        variant: model scale ``n s m l x`` for the per-scale augmentation policy.
+        seed: shuffling and augmentation seed.
+        train_split, val_split, test_split: split names on disk.
+        cache_dir: where synthetic sets are generated (default `synthetic.default_cache_dir`).
+        synthetic: size of the synthetic set.
+        verify, missing_labels: passed to the readers.
+        pin_memory: None pins when CUDA is available.
+        persistent_workers: keep workers alive between epochs (the epoch still reaches them
+            through the sampler's keys).
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        data: str | Path | None = None,
+        *,
+        layout: Layout | Literal["auto"] = "auto",
+        img_size: int = 640,
+        batch_size: int = 16,
+        num_workers: int | None = None,
+        augment: AugmentConfig | None = None,
+        variant: str | None = None,
+        seed: int = 0,
+        train_split: str = "train",
+        val_split: str = "val",
+        test_split: str | None = None,
+        cache_dir: str | Path | None = None,
+        synthetic: SyntheticSpec | None = None,
+        verify: Verify = "header",
+        missing_labels: MissingLabels = "error",
+        pin_memory: bool | None = None,
+        persistent_workers: bool = False,
+    ) -> None:
+        super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"task: expected one of {list(TASKS)}, got {task!r}")
+        if img_size <= 0 or img_size % 32:
+            raise ValueError(f"img_size: expected a positive multiple of 32, got {img_size}")
+        if batch_size <= 0:
+            raise ValueError(f"batch_size: expected > 0, got {batch_size}")
+        self.task: Task = task
+        self.data = None if data is None else Path(data)
+        self.layout: Layout | Literal["auto"] = layout
+        self.img_size = img_size
+        self.batch_size = batch_size
+        cpus = os.cpu_count() or 1
+        self.num_workers = min(batch_size, max(cpus - 1, 0)) if num_workers is None else num_workers
+        self.augment = augment or (
+            AugmentConfig.for_variant(variant) if variant else AugmentConfig()
+        )
+        self.seed = seed
+        self.splits = {"train": train_split, "val": val_split, "test": test_split or val_split}
+        self.cache_dir = cache_dir
+        self.synthetic = synthetic
+        self.verify: Verify = verify
+        self.missing_labels: MissingLabels = missing_labels
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.persistent_workers = persistent_workers
+        self.indices: dict[str, DatasetIndex] = {}
+        self.close_mosaic_from: int | None = None
+        self._root: Path | None = None
+
+    @property
+    def root(self) -> Path:
+        """The dataset folder (the synthetic cache folder when ``data`` is None)."""
+        if self._root is None:
+            self._root = (
+                self.data
+                if self.data is not None
+                else synthetic_dataset(self.task, cache_dir=self.cache_dir, spec=self.synthetic)
+            )
+        return self._root
+
+    def _index(self, stage: str) -> DatasetIndex:
+        split = self.splits[stage]
+        key = f"{stage}:{split}"
+        if key not in self.indices:
+            self.indices[key] = read_split(
+                self.root,
+                split,
+                task=self.task,
+                layout=self.layout,
+                verify=self.verify,
+                missing_labels=self.missing_labels,
+            )
+        return self.indices[key]
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read the splits the stage needs; learn ``max_epochs`` for close-mosaic."""
+        if stage in (None, "fit"):
+            train, val = self._index("train"), self._index("val")
+            if train.schema.class_names != val.schema.class_names:
+                raise ValueError(
+                    f"train and val splits disagree on classes: {train.schema.class_names} vs "
+                    f"{val.schema.class_names}"
+                )
+        if stage == "validate":
+            self._index("val")
+        if stage == "test":
+            self._index("test")
+        trainer = getattr(self, "trainer", None)
+        max_epochs = getattr(trainer, "max_epochs", None)
+        if max_epochs is not None and max_epochs > 0 and self.augment.close_mosaic:
+            self.close_mosaic_from = max(0, max_epochs - self.augment.close_mosaic)
+
+    @property
+    def schema(self) -> DatasetSchema:
+        """Label meaning of the dataset (read on first use)."""
+        return self._index("val").schema
+
+    def coco_ground_truth(self, stage: str = "val") -> dict[str, Any]:
+        """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: the dataset's
+        own JSON when it came from one, else built from the records."""
+        index = self._index(stage)
+        if index.coco_json is not None:
+            doc: dict[str, Any] = json.loads(index.coco_json.read_text())
+            return doc
+        return coco_document(index)
+
+    def _loader(
+        self, dataset: Any, *, sampler: Any = None, shuffle: bool = False, drop_last: bool = False
+    ) -> DataLoader[Batch]:
+        workers = self.num_workers
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=sampler,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            num_workers=workers,
+            collate_fn=collate,
+            pin_memory=self.pin_memory,
+            worker_init_fn=worker_init if workers else None,
+            persistent_workers=self.persistent_workers and workers > 0,
+            prefetch_factor=4 if workers else None,
+        )
+
+    def train_dataset(self) -> TrainDataset:
+        index = self._index("train")
+        return TrainDataset(
+            index.records,
+            index.schema,
+            self.img_size,
+            self.augment,
+            seed=self.seed,
+            pool_size=self.batch_size,
+            close_mosaic_from=self.close_mosaic_from,
+        )
+
+    def train_dataloader(self) -> DataLoader[Batch]:
+        dataset = self.train_dataset()
+        trainer = getattr(self, "trainer", None)
+        rank = int(getattr(trainer, "global_rank", 0) or 0)
+        world = int(getattr(trainer, "world_size", 1) or 1)
+        sampler = EpochSampler(len(dataset), rank=rank, world_size=world)
+        drop_last = len(sampler) >= self.batch_size
+        return self._loader(dataset, sampler=sampler, drop_last=drop_last)
+
+    def val_dataloader(self) -> DataLoader[Batch]:
+        index = self._index("val")
+        return self._loader(EvalDataset(index.records, index.schema, self.img_size))
+
+    def test_dataloader(self) -> DataLoader[Batch]:
+        index = self._index("test")
+        return self._loader(EvalDataset(index.records, index.schema, self.img_size))

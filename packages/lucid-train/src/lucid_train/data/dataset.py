@@ -1,0 +1,202 @@
+"""Map-style datasets for training and validation, and the epoch-aware sampler that drives them.
+
+Seeding (assumptions.md D11): the training sampler yields ``(epoch, position)`` keys. The dataset
+turns a key into the epoch's shuffled index and into the sample's seed
+``SeedSequence([seed, epoch, position])``, so every sample of every epoch has its own stream:
+distinct across workers and epochs, and the same whatever ``num_workers`` is. Mosaic and mixup
+partners come from the block of ``pool_size`` consecutive positions around the sample; with the
+pool equal to the batch size, a worker finds them among images it decodes for that batch anyway
+(a small per-worker decode cache serves the repeats).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset, Sampler
+
+from lucid_train.data.augment.config import AugmentConfig
+from lucid_train.data.augment.letterbox import letterbox
+from lucid_train.data.augment.pipeline import TrainAugment
+from lucid_train.data.image_io import open_rgb
+from lucid_train.data.masks import MASK_STRIDE, instance_map
+from lucid_train.data.records import DatasetSchema, ImageRecord
+from lucid_train.data.targets import Targets
+from lucid_train.data.transport import Sample
+
+_NAN3 = (math.nan, math.nan, math.nan)
+
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The shuffled order ``(n,)`` int64 of one epoch."""
+    return np.random.default_rng(np.random.SeedSequence([seed, epoch, 0x5EED])).permutation(n)
+
+
+class _DecodeCache:
+    """A small per-worker LRU of decoded images (mosaic partners repeat within a batch)."""
+
+    def __init__(self, records: Sequence[ImageRecord], capacity: int) -> None:
+        self.records = records
+        self.capacity = capacity
+        self.items: OrderedDict[int, Image.Image] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __call__(self, index: int) -> tuple[Image.Image, Targets]:
+        rec = self.records[index]
+        image = self.items.get(index)
+        if image is None:
+            self.misses += 1
+            image = open_rgb(rec.path)
+            self.items[index] = image
+            if len(self.items) > self.capacity:
+                self.items.popitem(last=False)
+        else:
+            self.hits += 1
+            self.items.move_to_end(index)
+        return image, rec.targets
+
+
+def _rings(targets: Targets) -> list[np.ndarray]:
+    return list(targets.polygons) if targets.polygons is not None else []
+
+
+class TrainDataset(Dataset[Sample]):
+    """Augmented training samples, keyed by ``(epoch, position)`` (see `EpochSampler`).
+
+    Args:
+        records: the split's images.
+        schema: label meaning (flip index, task).
+        size: output canvas side.
+        cfg: augmentation settings.
+        seed: base seed of shuffling and augmentation.
+        pool_size: partner pool (consecutive epoch positions), usually the batch size.
+        close_mosaic_from: first epoch trained with `AugmentConfig.without_mosaic`, or None.
+        cache_images: decoded images each worker keeps.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[ImageRecord],
+        schema: DatasetSchema,
+        size: int,
+        cfg: AugmentConfig,
+        *,
+        seed: int = 0,
+        pool_size: int = 16,
+        close_mosaic_from: int | None = None,
+        cache_images: int = 64,
+    ) -> None:
+        if not records:
+            raise ValueError("TrainDataset: the split holds no images")
+        self.records = list(records)
+        self.schema = schema
+        self.size = size
+        self.cfg = cfg
+        self.seed = seed
+        self.pool_size = max(1, pool_size)
+        self.close_mosaic_from = close_mosaic_from
+        self.cache = _DecodeCache(self.records, max(cache_images, 2 * self.pool_size))
+        self._perm_epoch = -1
+        self._perm = np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def config_for(self, epoch: int) -> AugmentConfig:
+        """The augmentation settings in force at ``epoch`` (close-mosaic applied)."""
+        if self.close_mosaic_from is not None and epoch >= self.close_mosaic_from:
+            return self.cfg.without_mosaic()
+        return self.cfg
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        if epoch != self._perm_epoch:
+            self._perm, self._perm_epoch = epoch_permutation(self.seed, epoch, len(self)), epoch
+        return self._perm
+
+    def augment(self, epoch: int) -> TrainAugment:
+        return TrainAugment(self.config_for(epoch), self.size, self.cache, self.schema.flip_index)
+
+    def __getitem__(self, key: tuple[int, int]) -> Sample:
+        epoch, position = key
+        perm = self.permutation(epoch)
+        start = (position // self.pool_size) * self.pool_size
+        pool = perm[start : start + self.pool_size].tolist()
+        index = int(perm[position])
+        seed = np.random.SeedSequence([self.seed, epoch, position])
+        image, targets = self.augment(epoch)(index, seed, pool)
+        rec = self.records[index]
+        return _sample(image, targets, self.schema, rec, _NAN3)
+
+
+class EvalDataset(Dataset[Sample]):
+    """Letterboxed validation / test samples in record order."""
+
+    def __init__(self, records: Sequence[ImageRecord], schema: DatasetSchema, size: int) -> None:
+        self.records = list(records)
+        self.schema = schema
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> Sample:
+        rec = self.records[index]
+        image, targets, params = letterbox(open_rgb(rec.path), rec.targets, self.size)
+        return _sample(image, targets, self.schema, rec, (params.gain, params.pad_x, params.pad_y))
+
+
+def _sample(
+    image: Image.Image,
+    targets: Targets,
+    schema: DatasetSchema,
+    rec: ImageRecord,
+    lb: tuple[float, float, float],
+) -> Sample:
+    imap = None
+    if schema.task == "segment":
+        imap = instance_map(_rings(targets), image.height, image.width, MASK_STRIDE)
+    return Sample(
+        np.asarray(image, np.uint8), targets, imap, rec.image_id, (rec.height, rec.width), lb
+    )
+
+
+class EpochSampler(Sampler[tuple[int, int]]):
+    """Yields ``(epoch, position)`` keys for `TrainDataset`; Lightning calls `set_epoch`.
+
+    Under data parallelism each rank takes positions ``rank, rank + world, ...`` of the padded
+    epoch (so every rank gets the same count); build the trainer with
+    ``use_distributed_sampler=False`` so Lightning keeps this sampler.
+    """
+
+    def __init__(self, length: int, *, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(
+                f"expected 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
+            )
+        self.length = length
+        self.rank = rank
+        self.world_size = world_size
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return math.ceil(self.length / self.world_size)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        total = len(self) * self.world_size
+        for p in range(self.rank, total, self.world_size):
+            yield (self.epoch, p % self.length)
+
+
+def worker_init(worker_id: int) -> None:
+    """One intra-op thread per worker: the workers already use every core between them."""
+    del worker_id
+    torch.set_num_threads(1)

@@ -1,0 +1,150 @@
+"""Which on-disk layout a dataset folder uses, and reading a split through the right reader.
+
+Layouts probed (for a split such as ``train``):
+
+* ``coco``: ``annotations/{split}.json`` (or ``instances_{split}[2017].json``,
+  ``person_keypoints_{split}[2017].json``) with images in ``images/{split}``, ``{split}2017`` or
+  ``{split}``.
+* ``coco-split-folders``: ``{split}/_annotations.coco.json`` with the images beside it.
+* ``yolo``: ``data.yaml`` (or exactly one other ``*.yaml``) at the root.
+* ``dota``: ``{split}/images`` beside ``{split}/labelTxt``.
+
+A folder that matches none, or more than one, is refused with the list of layouts probed and what
+each expects; pass ``layout=`` to choose explicitly (assumptions.md D8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lucid_train.data.coco import read_coco
+from lucid_train.data.dota import read_dota
+from lucid_train.data.image_io import Verify
+from lucid_train.data.records import DatasetIndex, Task
+from lucid_train.data.yolo_txt import MissingLabels, read_yolo
+
+Layout = Literal["coco", "coco-split-folders", "yolo", "dota"]
+LAYOUTS: tuple[Layout, ...] = ("coco", "coco-split-folders", "yolo", "dota")
+
+_EXPECTS: dict[Layout, str] = {
+    "coco": "annotations/{split}.json or annotations/instances_{split}[2017].json with images in "
+    "images/{split}, {split}2017 or {split}",
+    "coco-split-folders": "{split}/_annotations.coco.json with the images beside it",
+    "yolo": "data.yaml (or one other *.yaml) at the root, images/<split> and labels/<split>",
+    "dota": "{split}/images beside {split}/labelTxt",
+}
+
+
+class LayoutError(ValueError):
+    """A dataset folder's layout is unknown or ambiguous."""
+
+
+@dataclass(frozen=True)
+class LayoutMatch:
+    """Where one layout found a split: the annotation source and the image folder."""
+
+    layout: Layout
+    annotations: Path
+    images: Path
+
+
+def _coco_match(root: Path, split: str, task: Task) -> LayoutMatch | None:
+    names = [f"{split}.json", f"instances_{split}.json", f"instances_{split}2017.json"]
+    if task == "pose":
+        names = [f"person_keypoints_{split}2017.json", f"person_keypoints_{split}.json", *names]
+    ann = next(
+        (root / "annotations" / n for n in names if (root / "annotations" / n).is_file()), None
+    )
+    if ann is None:
+        return None
+    for cand in (
+        root / "images" / split,
+        root / f"{split}2017",
+        root / split,
+        root / "images" / f"{split}2017",
+    ):
+        if cand.is_dir():
+            return LayoutMatch("coco", ann, cand)
+    return None
+
+
+def _yaml(root: Path) -> Path | None:
+    if (root / "data.yaml").is_file():
+        return root / "data.yaml"
+    yamls = sorted(root.glob("*.yaml"))
+    return yamls[0] if len(yamls) == 1 else None
+
+
+def probe_layouts(root: Path, split: str, task: Task) -> list[LayoutMatch]:
+    """Every layout under which ``root`` holds ``split``."""
+    found: list[LayoutMatch] = []
+    if (m := _coco_match(root, split, task)) is not None:
+        found.append(m)
+    if (root / split / "_annotations.coco.json").is_file():
+        found.append(
+            LayoutMatch("coco-split-folders", root / split / "_annotations.coco.json", root / split)
+        )
+    if (y := _yaml(root)) is not None:
+        found.append(LayoutMatch("yolo", y, root))
+    if (root / split / "images").is_dir() and (root / split / "labelTxt").is_dir():
+        found.append(LayoutMatch("dota", root / split / "labelTxt", root / split / "images"))
+    return found
+
+
+def resolve_layout(
+    root: Path | str, split: str, task: Task, layout: Layout | Literal["auto"] = "auto"
+) -> LayoutMatch:
+    """The one layout ``root`` uses for ``split``, or a `LayoutError` that lists what was probed."""
+    root = Path(root)
+    if root.is_file() and root.suffix == ".yaml":
+        return LayoutMatch("yolo", root, root.parent)
+    if not root.is_dir():
+        raise LayoutError(f"{root}: no such dataset folder")
+    found = probe_layouts(root, split, task)
+    probed = "; ".join(f"{name}: {_EXPECTS[name].format(split=split)}" for name in LAYOUTS)
+    if layout != "auto":
+        match = [m for m in found if m.layout == layout]
+        if not match:
+            raise LayoutError(
+                f"{root}: split {split!r} not found in layout {layout!r}, which expects "
+                f"{_EXPECTS[layout].format(split=split)}"
+            )
+        return match[0]
+    if not found:
+        raise LayoutError(
+            f"{root}: unknown dataset layout for split {split!r}. Layouts probed: {probed}"
+        )
+    if len(found) > 1:
+        names = ", ".join(m.layout for m in found)
+        raise LayoutError(
+            f"{root}: ambiguous dataset layout for split {split!r}: it matches {names}. "
+            "Pass layout= "
+            f"with one of them to choose. Layouts probed: {probed}"
+        )
+    return found[0]
+
+
+def read_split(
+    root: Path | str,
+    split: str,
+    *,
+    task: Task,
+    layout: Layout | Literal["auto"] = "auto",
+    verify: Verify = "header",
+    missing_labels: MissingLabels = "error",
+) -> DatasetIndex:
+    """Read ``split`` of the dataset at ``root`` (a folder, or a YOLO ``data.yaml``)."""
+    m = resolve_layout(root, split, task, layout)
+    if m.layout in ("coco", "coco-split-folders"):
+        return read_coco(m.annotations, m.images, task=task, verify=verify)
+    if m.layout == "yolo":
+        return read_yolo(
+            m.annotations, split, task=task, verify=verify, missing_labels=missing_labels
+        )
+    if task != "obb":
+        raise LayoutError(
+            f"{root}: the DOTA layout holds rotated boxes; use task='obb', got {task!r}"
+        )
+    return read_dota(Path(root), split, verify=verify)

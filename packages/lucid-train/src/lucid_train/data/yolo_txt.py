@@ -1,0 +1,315 @@
+"""YOLO txt datasets: ``data.yaml`` + ``images/<split>/`` + ``labels/<split>/*.txt``.
+
+One label file per image (``images`` replaced by ``labels`` in the path, suffix ``.txt``); one
+instance per line, every coordinate normalised to ``[0, 1]`` by the image width / height:
+
+* ``detect``:  ``cls cx cy w h``
+* ``segment``: ``cls x1 y1 x2 y2 ... xP yP`` (``P >= 3``; the box is the ring's envelope)
+* ``pose``:    ``cls cx cy w h`` then ``K`` keypoints of ``D`` values (``kpt_shape: [K, D]``,
+  ``D`` 2 for ``x y``, 3 for ``x y v``)
+* ``obb``:     ``cls x1 y1 x2 y2 x3 y3 x4 y4`` (four corners; fitted to a rotated box)
+
+Values outside ``[0, 1]`` are refused, not clamped: the message names the file and line. An empty
+label file is a background image; a *missing* label file is an error by default (``missing_labels``
+chooses ``skip`` or ``background`` instead, both counted in the load report).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from lucid_train.data.data_yaml import dump_data_yaml, read_data_yaml
+from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, check_image
+from lucid_train.data.records import (
+    DataFormatError,
+    DatasetIndex,
+    DatasetSchema,
+    ImageRecord,
+    LoadReport,
+    Task,
+)
+from lucid_train.data.rotated import fit_rboxes, rbox_corners, rbox_envelopes
+from lucid_train.data.targets import Targets
+
+MissingLabels = Literal["error", "skip", "background"]
+
+
+def label_path(image: Path) -> Path:
+    """The label file of ``image``: the last ``images`` folder in its path becomes ``labels``."""
+    parts = list(image.parts)
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == "images":
+            parts[i] = "labels"
+            return Path(*parts).with_suffix(".txt")
+    raise DataFormatError(
+        f"{image}: a YOLO image must sit under an 'images' folder (labels go under 'labels')"
+    )
+
+
+def _schema(cfg: dict[str, Any], task: Task, where: Path) -> tuple[DatasetSchema, int]:
+    names = cfg.get("names")
+    if isinstance(names, list):
+        class_names = tuple(str(n) for n in names)
+    elif isinstance(names, dict):
+        keys = sorted(int(k) for k in names)
+        if keys != list(range(len(keys))):
+            raise DataFormatError(f"{where}: 'names' keys must be 0..{len(keys) - 1}, got {keys}")
+        class_names = tuple(str(names[k]) for k in keys)
+    else:
+        raise DataFormatError(
+            f"{where}: 'names' must be a list or a mapping of class index to name"
+        )
+    if cfg.get("nc") is not None and int(cfg["nc"]) != len(class_names):
+        raise DataFormatError(
+            f"{where}: 'nc' is {cfg['nc']} but 'names' lists {len(class_names)} classes"
+        )
+    ids = tuple(range(len(class_names)))
+    if task != "pose":
+        return DatasetSchema(task, class_names, ids), 0
+    shape = cfg.get("kpt_shape")
+    if not (
+        isinstance(shape, list) and len(shape) == 2 and shape[1] in (2, 3) and int(shape[0]) > 0
+    ):
+        raise DataFormatError(
+            f"{where}: task 'pose' needs 'kpt_shape: [K, 2]' or '[K, 3]', got {shape!r}"
+        )
+    k, dims = int(shape[0]), int(shape[1])
+    flip = cfg.get("flip_idx")
+    flip_index = tuple(int(v) for v in flip) if isinstance(flip, list) else tuple(range(k))
+    if len(flip_index) != k:
+        raise DataFormatError(
+            f"{where}: 'flip_idx' has {len(flip_index)} entries for {k} keypoints"
+        )
+    kpt_names = tuple(f"kpt_{i}" for i in range(k))
+    return DatasetSchema(task, class_names, ids, kpt_names, flip_index), dims
+
+
+def _split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]:
+    if entry is None:
+        raise DataFormatError(f"{where}: no '{split}' entry; add '{split}: images/{split}'")
+    entries = entry if isinstance(entry, list) else [entry]
+    images: list[Path] = []
+    for e in entries:
+        p = Path(str(e))
+        p = p if p.is_absolute() else root / p
+        if p.is_dir():
+            images += sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
+        elif p.suffix == ".txt" and p.is_file():
+            for line in p.read_text().splitlines():
+                if line.strip():
+                    q = Path(line.strip())
+                    images.append(q if q.is_absolute() else root / q)
+        else:
+            raise DataFormatError(
+                f"{where}: '{split}' path {p} is neither a folder nor a .txt image list"
+            )
+    return images
+
+
+def read_yolo(
+    data_yaml: Path | str,
+    split: str,
+    *,
+    task: Task,
+    verify: Verify = "header",
+    missing_labels: MissingLabels = "error",
+) -> DatasetIndex:
+    """Read one split of a YOLO txt dataset described by ``data_yaml``.
+
+    Image ids are running numbers in sorted path order. The image size comes from its header, so
+    ``verify='none'`` is not available here.
+    """
+    data_yaml = Path(data_yaml)
+    cfg = read_data_yaml(data_yaml)
+    base = Path(str(cfg.get("path") or "."))
+    root = base if base.is_absolute() else (data_yaml.parent / base)
+    schema, dims = _schema(cfg, task, data_yaml)
+    report = LoadReport(f"{data_yaml} [{split}]")
+    records: list[ImageRecord] = []
+    for image in _split_images(root, cfg.get(split), data_yaml, split):
+        size = check_image(image, "header" if verify == "none" else verify)
+        if size is None:
+            report.skip("corrupt or truncated image", str(image))
+            continue
+        lbl = label_path(image)
+        if not lbl.is_file():
+            if missing_labels == "error":
+                raise DataFormatError(
+                    f"{lbl}: label file missing for {image}. "
+                    "An empty file marks a background image: "
+                    "create one, or read with missing_labels='background' or 'skip'"
+                )
+            report.skip(
+                "missing label file (read as background)"
+                if missing_labels == "background"
+                else "missing label file (image skipped)",
+                str(lbl),
+            )
+            if missing_labels == "skip":
+                continue
+            text = ""
+        else:
+            text = lbl.read_text()
+        width, height = size
+        targets = parse_label_text(text, schema, dims, width, height, str(lbl))
+        records.append(ImageRecord(len(records), image, height, width, targets))
+    report.log()
+    return DatasetIndex(schema, records, report)
+
+
+def parse_label_text(
+    text: str, schema: DatasetSchema, dims: int, width: int, height: int, where: str
+) -> Targets:
+    """Parse one label file's text into pixel `Targets` (see the module docstring)."""
+    task, k = schema.task, schema.num_keypoints
+    scale = np.array([width, height], np.float64)
+    boxes, labels, rings, rboxes_in, kpts = [], [], [], [], []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        at = f"{where}:{lineno}"
+        try:
+            values = [float(v) for v in line.split()]
+        except ValueError as exc:
+            raise DataFormatError(f"{at}: non-numeric value in {line.strip()!r}") from exc
+        cls, coords = values[0], np.asarray(values[1:], np.float64)
+        if cls != int(cls) or not 0 <= cls < schema.num_classes:
+            raise DataFormatError(
+                f"{at}: class {values[0]:g} is not an index 0..{schema.num_classes - 1} of 'names'"
+            )
+        expected = {"detect": "5", "obb": "9", "pose": str(5 + k * dims)}.get(task)
+        if task == "segment":
+            if coords.size % 2 or coords.size < 6:
+                raise DataFormatError(
+                    f"{at}: a segment line needs a class and at least 3 x y points, got "
+                    f"{coords.size} coordinate value(s); remove the line or complete the polygon"
+                )
+        elif len(values) != int(expected or 0):
+            what = f" (kpt_shape [{k}, {dims}])" if task == "pose" else ""
+            raise DataFormatError(
+                f"{at}: expected {expected} values for task {task!r}{what}, got {len(values)}"
+            )
+        check = coords
+        if task == "pose" and dims == 3:
+            check = np.concatenate([coords[:4], coords[4:].reshape(k, 3)[:, :2].reshape(-1)])
+        if ((check < 0) | (check > 1)).any():
+            bad = float(check[(check < 0) | (check > 1)][0])
+            raise DataFormatError(
+                f"{at}: value {bad:g} is outside [0, 1]; YOLO labels are normalised by the image "
+                "size: divide x by the width and y by the height (lucid refuses rather than clamps)"
+            )
+        labels.append(int(cls))
+        if task in ("detect", "pose"):
+            cx, cy, w, h = coords[:4] * np.tile(scale, 2)
+            boxes.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+        if task == "segment":
+            ring = coords.reshape(-1, 2) * scale
+            rings.append(ring)
+            boxes.append([*ring.min(0), *ring.max(0)])
+        if task == "obb":
+            rboxes_in.append(coords.reshape(4, 2) * scale)
+        if task == "pose":
+            kp = coords[4:].reshape(k, dims)
+            vis = kp[:, 2].round() if dims == 3 else np.full(k, 2.0)
+            if ((vis < 0) | (vis > 2)).any():
+                raise DataFormatError(f"{at}: keypoint visibility must be 0, 1 or 2")
+            kpts.append(np.concatenate([kp[:, :2] * scale, vis[:, None]], -1))
+    n = len(labels)
+    lab = np.asarray(labels, np.int64).reshape(n)
+    if task == "obb":
+        rb = fit_rboxes(np.stack(rboxes_in) if rboxes_in else np.zeros((0, 4, 2)))
+        return Targets(boxes=rbox_envelopes(rb), labels=lab, rboxes=rb)
+    box = np.asarray(boxes, np.float32).reshape(n, 4)
+    if task == "segment":
+        return Targets(boxes=box, labels=lab, polygons=tuple(r.astype(np.float32) for r in rings))
+    if task == "pose":
+        arr = np.stack(kpts) if kpts else np.zeros((0, k, 3))
+        vis8 = arr[..., 2].astype(np.uint8)
+        xy = np.where(vis8[..., None] > 0, arr[..., :2], 0).astype(np.float32)
+        return Targets(boxes=box, labels=lab, keypoints=xy, keypoint_vis=vis8)
+    return Targets(boxes=box, labels=lab)
+
+
+def format_label_text(targets: Targets, task: Task, width: int, height: int) -> tuple[str, int]:
+    """One label file's text for ``targets``, and how many values had to be clipped to [0, 1]."""
+    scale = np.array([width, height], np.float64)
+    lines, clipped = [], 0
+
+    def norm(xy: np.ndarray) -> np.ndarray:
+        nonlocal clipped
+        v = (np.asarray(xy, np.float64).reshape(-1, 2) / scale).reshape(-1)
+        clipped += int(((v < 0) | (v > 1)).sum())
+        return v.clip(0, 1)
+
+    for i in range(len(targets)):
+        vals: list[float]
+        if task == "segment" and targets.polygons is not None:
+            vals = list(norm(targets.polygons[i]))
+        elif task == "obb" and targets.rboxes is not None:
+            vals = list(norm(rbox_corners(targets.rboxes[i : i + 1])[0]))
+        else:
+            x1, y1, x2, y2 = targets.boxes[i].astype(np.float64)
+            vals = list(norm(np.array([(x1 + x2) / 2, (y1 + y2) / 2])))
+            vals += list((np.array([x2 - x1, y2 - y1]) / scale).clip(0, 1))
+            if (
+                task == "pose"
+                and targets.keypoints is not None
+                and targets.keypoint_vis is not None
+            ):
+                xy = norm(targets.keypoints[i]).reshape(-1, 2)
+                vis = targets.keypoint_vis[i].astype(np.float64)[:, None]
+                vals += list(np.concatenate([xy, vis], -1).reshape(-1))
+        body = " ".join(f"{v:.10g}" for v in vals)
+        lines.append(f"{int(targets.labels[i])} {body}")
+    return "".join(line + "\n" for line in lines), clipped
+
+
+def write_yolo(
+    splits: Mapping[str, DatasetIndex], out_root: Path | str, *, link: bool = True
+) -> Path:
+    """Write ``splits`` (e.g. ``{"train": ..., "val": ...}``) as a YOLO txt dataset.
+
+    Images are hard-linked when ``link`` and the file system allows it, else copied. Class indices
+    are the contiguous labels; the COCO category ids are not kept (YOLO has none). Returns the path
+    of the written ``data.yaml``.
+    """
+    out_root = Path(out_root)
+    first = next(iter(splits.values()))
+    schema = first.schema
+    cfg: dict[str, Any] = {"path": "."}
+    for split, index in splits.items():
+        img_dir, lbl_dir = out_root / "images" / split, out_root / "labels" / split
+        img_dir.mkdir(parents=True, exist_ok=True)
+        lbl_dir.mkdir(parents=True, exist_ok=True)
+        seen: set[str] = set()
+        for rec in index.records:
+            if rec.path.name in seen:
+                raise DataFormatError(
+                    f"{rec.path}: two images of split {split!r} share the name {rec.path.name}"
+                )
+            seen.add(rec.path.name)
+            dst = img_dir / rec.path.name
+            if not dst.exists():
+                try:
+                    if not link:
+                        raise OSError
+                    os.link(rec.path, dst)
+                except OSError:
+                    shutil.copyfile(rec.path, dst)
+            text, _ = format_label_text(rec.targets, schema.task, rec.width, rec.height)
+            (lbl_dir / rec.path.name).with_suffix(".txt").write_text(text)
+        cfg[split] = f"images/{split}"
+    cfg["nc"] = schema.num_classes
+    cfg["names"] = dict(enumerate(schema.class_names))
+    if schema.task == "pose":
+        cfg["kpt_shape"] = [schema.num_keypoints, 3]
+        cfg["flip_idx"] = list(schema.flip_index)
+    path = out_root / "data.yaml"
+    path.write_text(dump_data_yaml(cfg))
+    return path

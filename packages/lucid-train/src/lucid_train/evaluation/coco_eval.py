@@ -1,0 +1,253 @@
+"""COCO metrics through pycocotools for boxes, masks and keypoints.
+
+`CocoEvaluator` collects detections in *source image* pixels (undo the letterbox first, e.g.
+with `lucid_train.data.augment.LetterboxParams.boxes_to_source`), maps contiguous labels back to
+the dataset's category ids, and scores them with pycocotools exactly as calling it by hand would:
+``COCO`` ground truth from the dataset's JSON, ``loadRes`` on the detection list, ``COCOeval``
+``evaluate / accumulate / summarize``. The summary is returned by name.
+
+Keypoint similarity uses COCO's 17 per-keypoint sigmas when the schema has 17 keypoints and a
+uniform sigma of 0.072 otherwise (assumptions.md D12); pass ``kpt_sigmas`` to choose others.
+`MultiDecodeEvaluator` keeps one evaluator per decode path (end-to-end and NMS) so both are
+scored from one forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pycocotools import mask as mask_utils
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+IouType = Literal["bbox", "segm", "keypoints"]
+
+COCO_KPT_SIGMAS = (
+    np.array(
+        [
+            0.26,
+            0.25,
+            0.25,
+            0.35,
+            0.35,
+            0.79,
+            0.79,
+            0.72,
+            0.72,
+            0.62,
+            0.62,
+            1.07,
+            1.07,
+            0.87,
+            0.87,
+            0.89,
+            0.89,
+        ]
+    )
+    / 10.0
+)
+UNIFORM_KPT_SIGMA = 0.072
+
+BOX_STAT_NAMES = (
+    "mAP",
+    "mAP50",
+    "mAP75",
+    "mAP_small",
+    "mAP_medium",
+    "mAP_large",
+    "mAR1",
+    "mAR10",
+    "mAR100",
+    "mAR_small",
+    "mAR_medium",
+    "mAR_large",
+)
+KPT_STAT_NAMES = (
+    "mAP",
+    "mAP50",
+    "mAP75",
+    "mAP_medium",
+    "mAP_large",
+    "mAR",
+    "mAR50",
+    "mAR75",
+    "mAR_medium",
+    "mAR_large",
+)
+
+
+def keypoint_sigmas(num_keypoints: int) -> npt.NDArray[np.float64]:
+    """COCO's sigmas for 17 keypoints, else the stated uniform sigma (``(K,)`` float64)."""
+    if num_keypoints == 17:
+        return COCO_KPT_SIGMAS.copy()
+    return np.full(num_keypoints, UNIFORM_KPT_SIGMA)
+
+
+def coco_from_dict(doc: dict[str, Any]) -> COCO:
+    """A pycocotools ``COCO`` built from an in-memory document (quietly)."""
+    gt = COCO()
+    gt.dataset = copy.deepcopy(doc)
+    gt.dataset.setdefault("info", {})
+    with contextlib.redirect_stdout(io.StringIO()):
+        gt.createIndex()
+    return gt
+
+
+def run_cocoeval(
+    gt: COCO,
+    detections: list[dict[str, Any]],
+    iou_type: IouType,
+    kpt_sigmas: npt.NDArray[np.float64] | None = None,
+) -> dict[str, float]:
+    """Score ``detections`` (COCO result dicts) against ``gt``; the summary by name.
+
+    With no detections every statistic is 0.0 (pycocotools refuses an empty result list).
+    """
+    names = KPT_STAT_NAMES if iou_type == "keypoints" else BOX_STAT_NAMES
+    if not detections:
+        return dict.fromkeys(names, 0.0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        dt = gt.loadRes(copy.deepcopy(detections))
+        ev = COCOeval(gt, dt, iou_type)
+        if iou_type == "keypoints" and kpt_sigmas is not None:
+            ev.params.kpt_oks_sigmas = np.asarray(kpt_sigmas, np.float64)
+        ev.evaluate()
+        ev.accumulate()
+        ev.summarize()
+    return {n: float(v) for n, v in zip(names, ev.stats, strict=True)}
+
+
+class CocoEvaluator:
+    """Accumulates one decode path's detections and scores them with pycocotools.
+
+    Args:
+        ground_truth: a COCO document (the dataset's JSON, or
+            `lucid_train.data.coco.coco_document`).
+        category_ids: the dataset category id of each contiguous label
+            (`DatasetSchema.category_ids`).
+        iou_types: which metrics to compute.
+        kpt_sigmas: OKS sigmas ``(K,)``; default `keypoint_sigmas` of the ground truth's K.
+    """
+
+    def __init__(
+        self,
+        ground_truth: dict[str, Any],
+        category_ids: Sequence[int],
+        iou_types: Iterable[IouType] = ("bbox",),
+        kpt_sigmas: npt.ArrayLike | None = None,
+    ) -> None:
+        self.gt = coco_from_dict(ground_truth)
+        self.category_ids = np.asarray(category_ids, np.int64)
+        self.iou_types = tuple(iou_types)
+        known = {int(c["id"]) for c in ground_truth.get("categories", [])}
+        unknown = sorted(set(self.category_ids.tolist()) - known)
+        if unknown:
+            raise ValueError(
+                f"category_ids {unknown} are not categories of the ground truth ({sorted(known)})"
+            )
+        if kpt_sigmas is None and "keypoints" in self.iou_types:
+            cats = [c for c in ground_truth["categories"] if c.get("keypoints")]
+            kpt_sigmas = keypoint_sigmas(len(cats[0]["keypoints"]) if cats else 17)
+        self.kpt_sigmas = None if kpt_sigmas is None else np.asarray(kpt_sigmas, np.float64)
+        self.detections: list[dict[str, Any]] = []
+
+    def add(
+        self,
+        image_id: int,
+        boxes: npt.ArrayLike,
+        scores: npt.ArrayLike,
+        labels: npt.ArrayLike,
+        *,
+        masks: npt.ArrayLike | None = None,
+        keypoints: npt.ArrayLike | None = None,
+    ) -> None:
+        """Add the detections of one image.
+
+        Args:
+            image_id: the dataset's image id.
+            boxes: ``(D, 4)`` xyxy source-image pixels.
+            scores: ``(D,)`` confidences.
+            labels: ``(D,)`` contiguous labels.
+            masks: ``(D, H, W)`` bool at the source image size (segm).
+            keypoints: ``(D, K, 3)`` ``(x, y, score)`` source-image pixels (keypoints).
+        """
+        b = np.asarray(boxes, np.float64).reshape(-1, 4)
+        s = np.asarray(scores, np.float64).reshape(-1)
+        lab = np.asarray(labels, np.int64).reshape(-1)
+        if not (b.shape[0] == s.shape[0] == lab.shape[0]):
+            raise ValueError(
+                f"expected as many boxes, scores and labels, got "
+                f"{b.shape[0]}, {s.shape[0]}, {lab.shape[0]}"
+            )
+        cats = self.category_ids[lab]
+        rles = None
+        if masks is not None:
+            m = np.asarray(masks, np.uint8)
+            rles = mask_utils.encode(np.asfortranarray(m.transpose(1, 2, 0))) if len(m) else []
+        kp = (
+            None
+            if keypoints is None
+            else np.asarray(keypoints, np.float64).reshape(b.shape[0], -1, 3)
+        )
+        for i in range(b.shape[0]):
+            det: dict[str, Any] = {
+                "image_id": int(image_id),
+                "category_id": int(cats[i]),
+                "bbox": [b[i, 0], b[i, 1], b[i, 2] - b[i, 0], b[i, 3] - b[i, 1]],
+                "score": float(s[i]),
+            }
+            if rles is not None:
+                det["segmentation"] = rles[i]
+            if kp is not None:
+                det["keypoints"] = kp[i].reshape(-1).tolist()
+            self.detections.append(det)
+
+    def reset(self) -> None:
+        self.detections = []
+
+    def compute(self) -> dict[str, dict[str, float]]:
+        """``{iou_type: {stat name: value}}`` for every requested type."""
+        out: dict[str, dict[str, float]] = {}
+        for iou_type in self.iou_types:
+            dets = self.detections
+            if iou_type == "segm":
+                dets = [d for d in dets if "segmentation" in d]
+            if iou_type == "keypoints":
+                dets = [d for d in dets if "keypoints" in d]
+            if iou_type == "bbox":
+                dets = [
+                    {k: v for k, v in d.items() if k not in ("segmentation", "keypoints")}
+                    for d in dets
+                ]
+            out[iou_type] = run_cocoeval(self.gt, dets, iou_type, self.kpt_sigmas)
+        return out
+
+
+class MultiDecodeEvaluator:
+    """One `CocoEvaluator` per decode path (e.g. ``e2e`` and ``nms``) over the same ground truth."""
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        ground_truth: dict[str, Any],
+        category_ids: Sequence[int],
+        iou_types: Iterable[IouType] = ("bbox",),
+        kpt_sigmas: npt.ArrayLike | None = None,
+    ) -> None:
+        types = tuple(iou_types)
+        self.evaluators = {
+            p: CocoEvaluator(ground_truth, category_ids, types, kpt_sigmas) for p in paths
+        }
+
+    def __getitem__(self, path: str) -> CocoEvaluator:
+        return self.evaluators[path]
+
+    def compute(self) -> dict[str, dict[str, dict[str, float]]]:
+        """``{path: {iou_type: {stat: value}}}``."""
+        return {p: e.compute() for p, e in self.evaluators.items()}

@@ -1,0 +1,65 @@
+"""Rule mutations for the capture suite: ``LUCID_CAPTURE_MUTATION=<rule>`` removes one rule.
+
+Each DESIGN §3 rule must be held by a test that fails without it. Running the GPU suite once per
+mutation (``python -m lucid_testing.mutations``) shows which tests do; docs/capture.md records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+import torch
+
+from lucid_capture import recorder, recording
+from lucid_capture.recorder import Recorder
+from lucid_capture.signature import CallSignature
+from lucid_capture.stats import CaptureStats
+
+
+@contextlib.contextmanager
+def _no_restore(buffers: Sequence[torch.Tensor], device: torch.device) -> Iterator[None]:
+    yield
+
+
+def _reach_everything(output: torch.Tensor, targets: Sequence[torch.Tensor]) -> frozenset[int]:
+    return frozenset(range(len(targets)))
+
+
+def _lifecycle(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(Recorder, "reset", lambda self: None)
+    mp.setattr(Recorder, "release", lambda self: None)
+
+
+MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "rule1-live-gradients": lambda mp: mp.setattr(
+        Recorder, "_copy_out_live_gradients", lambda self, rec, live: None
+    ),
+    "rule2-hold": lambda mp: mp.setattr(Recorder, "_hold", lambda self, hold, output: None),
+    "rule3-signatures": lambda mp: (
+        mp.setattr(CallSignature, "mismatch", lambda self, live: None),
+        mp.setattr(recorder, "parameter_identity", lambda params: ()),
+    ),
+    "rule4-precision": lambda mp: mp.setattr(
+        recording, "backward_context", recording.forward_context
+    ),
+    "rule5-warmup-hygiene": lambda mp: mp.setattr(recording, "preserved_state", _no_restore),
+    "rule6-unread-outputs": lambda mp: mp.setattr(recording, "_reached", _reach_everything),
+    "rule7-reasons": lambda mp: mp.setattr(CaptureStats, "count_eager", lambda self, *a: None),
+    "rule8-lifecycle": _lifecycle,
+}
+
+
+@pytest.fixture(autouse=True)
+def _capture_mutation(monkeypatch: pytest.MonkeyPatch) -> Any:
+    name = os.environ.get("LUCID_CAPTURE_MUTATION")
+    if name:
+        if name not in MUTATIONS:
+            raise pytest.UsageError(
+                f"unknown LUCID_CAPTURE_MUTATION {name!r}; one of {sorted(MUTATIONS)}"
+            )
+        MUTATIONS[name](monkeypatch)
+    return name

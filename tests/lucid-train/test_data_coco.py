@@ -1,0 +1,211 @@
+"""The COCO reader maps boxes, rings, rotated rings and keypoints into `Targets`, refuses broken
+files with the file and the fix, and counts every skip."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lucid_train.data.coco import coco_document, flip_index_from_names, read_coco
+from lucid_train.data.dataset import EvalDataset
+from lucid_train.data.image_io import CorruptImageError
+from lucid_train.data.records import DataFormatError
+
+Writer = Callable[[Path, dict[str, Any]], Path]
+
+
+def _doc(anns: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    doc = {
+        "images": [{"id": 7, "file_name": "a.png", "width": 64, "height": 48}],
+        "annotations": anns,
+        "categories": [{"id": 3, "name": "cat"}, {"id": 1, "name": "dog"}],
+    }
+    doc.update(extra)
+    return doc
+
+
+@pytest.fixture
+def write_doc(write_image: Callable[..., Path]) -> Callable[[Path, dict[str, Any]], Path]:
+    def write(tmp_path: Path, doc: dict[str, Any]) -> Path:
+        write_image(tmp_path / "img" / "a.png")
+        (tmp_path / "ann.json").write_text(json.dumps(doc))
+        return tmp_path / "ann.json"
+
+    return write
+
+
+def _ann(i: int, cat: int = 3, **kw: Any) -> dict[str, Any]:
+    return {"id": i, "image_id": 7, "category_id": cat, "bbox": [10, 5, 20, 10], "iscrowd": 0, **kw}
+
+
+def test_boxes_are_xyxy_clipped_and_labels_follow_sorted_category_ids(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """bbox xywh → xyxy clipped to the image; label 0 is the smallest category id."""
+    ann = write_doc(tmp_path, _doc([_ann(1, cat=1), {**_ann(2), "bbox": [50, 40, 30, 30]}]))
+    index = read_coco(ann, tmp_path / "img", task="detect")
+    t = index.records[0].targets
+    assert index.schema.category_ids == (1, 3)
+    assert index.schema.class_names == ("dog", "cat")
+    np.testing.assert_allclose(t.boxes, [[10, 5, 30, 15], [50, 40, 64, 48]])
+    assert t.labels.tolist() == [0, 1]
+    assert index.records[0].image_id == 7
+
+
+def test_crowd_regions_and_short_rings_are_counted_not_silently_dropped(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """iscrowd and a 2-point ring are skipped and each counted in the load report."""
+    ring = [10, 5, 30, 5, 30, 15, 10, 15]
+    anns = [
+        _ann(1, segmentation=[ring]),
+        _ann(2, segmentation=[ring], iscrowd=1),
+        _ann(3, segmentation=[[1, 1, 2, 2]]),
+    ]
+    index = read_coco(write_doc(tmp_path, _doc(anns)), tmp_path / "img", task="segment")
+    assert len(index.records[0].targets) == 1
+    assert index.report.counts == {
+        "crowd region (scored by evaluation, not trained on)": 1,
+        "polygon with fewer than 3 points": 1,
+    }
+    assert "annotation 3" in index.report.summary()
+
+
+def test_four_point_rings_become_rotated_boxes_for_obb(tmp_path: Path, write_doc: Writer) -> None:
+    """A 4-point ring is fitted to a long-edge rotated box; boxes become its envelope."""
+    c, s = math.cos(0.4), math.sin(0.4)
+    u, v = np.array([c, s]) * 10, np.array([-s, c]) * 4
+    centre = np.array([30, 24])
+    ring = np.stack([centre - u - v, centre + u - v, centre + u + v, centre - u + v])
+    ann = write_doc(tmp_path, _doc([_ann(1, segmentation=[ring.reshape(-1).tolist()])]))
+    t = read_coco(ann, tmp_path / "img", task="obb").records[0].targets
+    assert t.rboxes is not None
+    np.testing.assert_allclose(t.rboxes, [[30, 24, 20, 8, 0.4]], atol=1e-4)
+    np.testing.assert_allclose(t.boxes[0, :2], ring.min(0), atol=1e-4)
+
+
+def test_keypoints_and_flip_pairs_come_from_the_category(tmp_path: Path, write_doc: Writer) -> None:
+    """Keypoints (x, y, v) → (N, K, 2) + visibility; left/right names pair up for flips."""
+    names = ["nose", "left_eye", "right_eye"]
+    cats = [{"id": 1, "name": "person", "keypoints": names, "skeleton": [[1, 2]]}]
+    ann = write_doc(
+        tmp_path, _doc([_ann(1, cat=1, keypoints=[5, 6, 2, 7, 8, 1, 0, 0, 0])], categories=cats)
+    )
+    index = read_coco(ann, tmp_path / "img", task="pose")
+    t = index.records[0].targets
+    assert t.keypoints is not None
+    assert t.keypoint_vis is not None
+    np.testing.assert_allclose(t.keypoints[0], [[5, 6], [7, 8], [0, 0]])
+    assert t.keypoint_vis[0].tolist() == [2, 1, 0]
+    assert index.schema.flip_index == (0, 2, 1)
+    assert index.schema.skeleton == ((0, 1),)
+    assert flip_index_from_names(["Left_Hand", "right_hand", "hip"]) == (1, 0, 2)
+
+
+def test_wrong_keypoint_count_names_the_annotation(tmp_path: Path, write_doc: Writer) -> None:
+    """A keypoint list that does not match the category's K is an error naming the annotation."""
+    cats = [{"id": 1, "name": "p", "keypoints": ["a", "b"]}]
+    ann = write_doc(tmp_path, _doc([_ann(9, cat=1, keypoints=[1, 2, 2])], categories=cats))
+    with pytest.raises(DataFormatError, match=r"annotation 9: expected 6 keypoint values"):
+        read_coco(ann, tmp_path / "img", task="pose")
+
+
+def test_duplicate_image_ids_are_refused(tmp_path: Path, write_doc: Writer) -> None:
+    """Two images with one id: an error naming the id, both files and the fix."""
+    doc = _doc([])
+    doc["images"].append({"id": 7, "file_name": "b.png", "width": 64, "height": 48})
+    with pytest.raises(
+        DataFormatError, match=r"duplicate image id 7 \(a.png and b.png\); give every image"
+    ):
+        read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")
+
+
+def test_category_id_not_in_categories_is_refused(tmp_path: Path, write_doc: Writer) -> None:
+    """An annotation with an undeclared category id names the annotation, the id and the fix."""
+    with pytest.raises(
+        DataFormatError, match=r"annotation 4 has category_id 99.*add the category or fix the id"
+    ):
+        read_coco(write_doc(tmp_path, _doc([_ann(4, cat=99)])), tmp_path / "img", task="detect")
+
+
+def test_annotation_of_unknown_image_is_refused(tmp_path: Path, write_doc: Writer) -> None:
+    """An annotation pointing at no image is an error."""
+    with pytest.raises(DataFormatError, match="image_id 8, which is not in 'images'"):
+        read_coco(
+            write_doc(tmp_path, _doc([{**_ann(1), "image_id": 8}])), tmp_path / "img", task="detect"
+        )
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_truncated_image_is_a_counted_skip_with_full_verification(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """verify='full' decodes every image: a truncated one is skipped and counted."""
+    ann = write_doc(tmp_path, _doc([_ann(1)]))
+    noisy = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    from PIL import Image
+
+    Image.fromarray(noisy).save(tmp_path / "img" / "a.png")
+    _truncate(tmp_path / "img" / "a.png")
+    index = read_coco(ann, tmp_path / "img", task="detect", verify="full")
+    assert len(index) == 0
+    assert index.report.counts == {"corrupt or truncated image": 1}
+
+
+def test_corrupt_image_found_at_decode_names_the_file_and_the_fix(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """With the cheap header check, a corrupt body surfaces at decode as a clear error."""
+    ann = write_doc(tmp_path, _doc([_ann(1)]))
+    from PIL import Image
+
+    noisy = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    Image.fromarray(noisy).save(tmp_path / "img" / "a.png")
+    _truncate(tmp_path / "img" / "a.png")
+    index = read_coco(ann, tmp_path / "img", task="detect", verify="header")
+    with pytest.raises(CorruptImageError, match=r"a.png: cannot decode image.*verify='full'"):
+        EvalDataset(index.records, index.schema, 64)[0]
+
+
+def test_missing_and_garbage_image_files_are_counted(tmp_path: Path, write_doc: Writer) -> None:
+    """A missing file and a non-image file are skipped and counted under their own reasons."""
+    doc = _doc([])
+    doc["images"] += [
+        {"id": 8, "file_name": "gone.png", "width": 64, "height": 48},
+        {"id": 9, "file_name": "junk.png", "width": 64, "height": 48},
+    ]
+    ann = write_doc(tmp_path, doc)
+    (tmp_path / "img" / "junk.png").write_bytes(b"not an image")
+    index = read_coco(ann, tmp_path / "img", task="detect")
+    assert [r.image_id for r in index.records] == [7]
+    assert index.report.counts == {"missing image file": 1, "corrupt or truncated image": 1}
+
+
+def test_declared_size_mismatch_is_refused(tmp_path: Path, write_doc: Writer) -> None:
+    """A JSON width/height that differs from the file is an error naming both sizes."""
+    doc = _doc([])
+    doc["images"][0]["width"] = 100
+    with pytest.raises(DataFormatError, match="declared 100x48 but the file is 64x48"):
+        read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")
+
+
+def test_coco_document_round_trips_through_the_reader(tmp_path: Path, write_doc: Writer) -> None:
+    """coco_document(read_coco(x)) read again gives equal targets (segment)."""
+    ring = [10, 5, 30, 5, 30, 15, 10, 15]
+    ann = write_doc(tmp_path, _doc([_ann(1, segmentation=[ring])]))
+    index = read_coco(ann, tmp_path / "img", task="segment")
+    (tmp_path / "again.json").write_text(
+        json.dumps(coco_document(index, images_dir=tmp_path / "img"))
+    )
+    again = read_coco(tmp_path / "again.json", tmp_path / "img", task="segment")
+    assert again.records[0].targets.allclose(index.records[0].targets)

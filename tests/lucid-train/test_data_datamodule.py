@@ -1,0 +1,161 @@
+"""The DataModule hands out packed uint8 batches with per-sample seeds that differ across epochs
+and positions but not across worker counts, rasterises masks on the stride-4 grid, and closes
+mosaic for the final epochs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from lucid_train.data.augment import AugmentConfig
+from lucid_train.data.datamodule import LucidDataModule
+from lucid_train.data.dataset import EpochSampler
+from lucid_train.data.records import Task
+from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
+from lucid_train.data.transport import Batch
+
+
+def _dm(small_synthetic: Callable[[Task], Path], task: Task, **kw: Any) -> LucidDataModule:
+    dm = LucidDataModule(
+        task, small_synthetic(task), img_size=96, batch_size=4, num_workers=0, **kw
+    )
+    dm.setup("fit")
+    return dm
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_batches_are_uint8_images_with_packed_targets(
+    small_synthetic: Callable[[Task], Path], task: Task
+) -> None:
+    """Batch format per task: (B, S, S, 3) uint8 and dense per-instance tensors sorted by image."""
+    dm = _dm(small_synthetic, task)
+    batch = next(iter(dm.train_dataloader()))
+    assert isinstance(batch, Batch)
+    assert batch.images.shape == (4, 96, 96, 3)
+    assert batch.images.dtype == torch.uint8
+    t = batch.labels.numel()
+    assert batch.boxes.shape == (t, 4)
+    assert batch.batch_idx.shape == (t,)
+    assert bool((batch.batch_idx[1:] >= batch.batch_idx[:-1]).all())
+    assert batch.rboxes.shape == ((t, 5) if task == "obb" else (0, 5))
+    assert batch.keypoints.shape == ((t, 7, 3) if task == "pose" else (t, 0, 3))
+    assert batch.instance_map.shape == ((4, 24, 24) if task == "segment" else (4, 0, 0))
+    assert torch.isnan(batch.letterbox).all()
+    val = next(iter(dm.val_dataloader()))
+    assert not torch.isnan(val.letterbox).any()
+    assert val.image_ids.tolist() == [1, 2, 3, 4]
+    assert val.float_images().shape == (4, 3, 96, 96)
+
+
+def test_segment_instance_masks_expand_one_mask_per_instance(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    """instance_masks() gives (T, S/4, S/4) bool whose pixels sit inside each instance's box."""
+    dm = _dm(small_synthetic, "segment")
+    batch = next(iter(dm.val_dataloader()))
+    masks = batch.instance_masks()
+    assert masks.shape == (batch.labels.numel(), 24, 24)
+    assert masks.dtype == torch.bool
+    for j in range(masks.shape[0]):
+        ys, xs = torch.nonzero(masks[j], as_tuple=True)
+        assert ys.numel() > 0
+        x1, y1, x2, y2 = (batch.boxes[j] / 4).tolist()
+        assert xs.min() >= x1 - 1
+        assert xs.max() <= x2
+        assert ys.min() >= y1 - 1
+        assert ys.max() <= y2
+
+
+def test_seeds_differ_across_epochs_and_positions(small_synthetic: Callable[[Task], Path]) -> None:
+    """Two epochs give different streams; the same (epoch, position) gives the same sample."""
+    dm = _dm(small_synthetic, "detect")
+    ds = dm.train_dataset()
+    a, b, c = ds[(0, 0)], ds[(1, 0)], ds[(0, 1)]
+    again = dm.train_dataset()[(0, 0)]
+    assert np.array_equal(a.image, again.image)
+    assert a.targets.allclose(again.targets)
+    assert not np.array_equal(a.image, b.image)
+    assert not np.array_equal(a.image, c.image)
+
+
+def test_stream_is_identical_for_any_number_of_workers(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    """num_workers 0 and 2 produce the same batches (per-sample seeds, not per-worker streams)."""
+    batches = []
+    for workers in (0, 2):
+        dm = _dm(small_synthetic, "detect")
+        dm.num_workers = workers
+        loader = dm.train_dataloader()
+        sampler = loader.sampler
+        assert isinstance(sampler, EpochSampler)
+        sampler.set_epoch(3)
+        batches.append(list(loader))
+    for x, y in zip(*batches, strict=True):
+        assert torch.equal(x.images, y.images)
+        assert torch.equal(x.boxes, y.boxes)
+
+
+def test_close_mosaic_applies_to_the_final_epochs(small_synthetic: Callable[[Task], Path]) -> None:
+    """close_mosaic=2 with 5 epochs: epochs 3 and 4 train without mosaic."""
+    dm = _dm(small_synthetic, "detect", augment=AugmentConfig(close_mosaic=2))
+    dm.close_mosaic_from = 3
+    ds = dm.train_dataset()
+    assert ds.config_for(2).mosaic == 1.0
+    assert ds.config_for(3).mosaic == 0.0
+
+
+def test_sampler_splits_positions_across_ranks_and_follows_the_epoch() -> None:
+    """Ranks take interleaved positions of a padded epoch; set_epoch changes the key's epoch."""
+    s0, s1 = EpochSampler(5, rank=0, world_size=2), EpochSampler(5, rank=1, world_size=2)
+    s0.set_epoch(4)
+    assert list(s0) == [(4, 0), (4, 2), (4, 4)]
+    assert list(s1) == [(0, 1), (0, 3), (0, 0)]
+
+
+def test_batch_moves_and_pins_as_one_object(small_synthetic: Callable[[Task], Path]) -> None:
+    """Batch.to keeps every field; pin_memory is available to the DataLoader."""
+    dm = _dm(small_synthetic, "pose")
+    batch = next(iter(dm.val_dataloader()))
+    moved = batch.to("cpu")
+    assert torch.equal(moved.keypoints, batch.keypoints)
+    assert callable(batch.pin_memory)
+    assert batch.counts().sum() == batch.labels.numel()
+
+
+def test_coco_ground_truth_is_the_dataset_json(small_synthetic: Callable[[Task], Path]) -> None:
+    """Evaluation ground truth of a COCO dataset is its own file."""
+    dm = _dm(small_synthetic, "detect")
+    gt = dm.coco_ground_truth("val")
+    assert len(gt["images"]) == 6
+    assert dm.schema.category_ids == (1, 2, 3)
+
+
+def test_synthetic_sets_are_deterministic_by_seed(tmp_path: Path) -> None:
+    """Two generations with one seed are byte-identical; another seed differs."""
+    spec = SyntheticSpec(num_train=3, num_val=2, min_side=96, max_side=128)
+    a = synthetic_dataset("obb", cache_dir=tmp_path / "a", spec=spec)
+    b = synthetic_dataset("obb", cache_dir=tmp_path / "b", spec=spec)
+    c = synthetic_dataset("obb", cache_dir=tmp_path / "c", spec=spec, seed=1)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+    assert (a / "annotations" / "train.json").read_bytes() != (
+        c / "annotations" / "train.json"
+    ).read_bytes()
+    assert (
+        synthetic_dataset("obb", cache_dir=tmp_path / "a", spec=spec) == a
+    )  # cached, not rewritten
+
+
+def test_datamodule_refuses_bad_settings_at_construction() -> None:
+    """Canvas not a multiple of 32 and unknown tasks fail in __init__ with the value."""
+    with pytest.raises(ValueError, match="img_size: expected a positive multiple of 32, got 100"):
+        LucidDataModule("detect", img_size=100)
+    with pytest.raises(ValueError, match="task: expected one of"):
+        LucidDataModule("classify")  # type: ignore[arg-type]

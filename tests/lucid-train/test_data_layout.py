@@ -1,0 +1,72 @@
+"""Layout probing finds COCO, split-folder COCO, YOLO and DOTA folders, honours an explicit
+override, and refuses unknown or ambiguous folders listing every layout probed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lucid_train.data.coco import read_coco
+from lucid_train.data.layout import LAYOUTS, LayoutError, read_split, resolve_layout
+from lucid_train.data.records import Task
+from lucid_train.data.yolo_txt import write_yolo
+
+
+def test_synthetic_cache_folder_is_coco_layout(small_synthetic: Callable[[Task], Path]) -> None:
+    """The built-in set is found as 'coco' and read through the COCO reader."""
+    root = small_synthetic("detect")
+    assert resolve_layout(root, "val", "detect").layout == "coco"
+    assert len(read_split(root, "val", task="detect")) == 6
+
+
+def test_split_folders_yolo_and_dota_are_recognised(
+    tmp_path: Path, small_synthetic: Callable[[Task], Path]
+) -> None:
+    """Each layout's marker files select it."""
+    rf = tmp_path / "rf"
+    (rf / "train").mkdir(parents=True)
+    (rf / "train" / "_annotations.coco.json").write_text(
+        json.dumps({"images": [], "annotations": [], "categories": []})
+    )
+    assert resolve_layout(rf, "train", "detect").layout == "coco-split-folders"
+
+    root = small_synthetic("detect")
+    index = read_coco(root / "annotations" / "val.json", root / "images" / "val", task="detect")
+    write_yolo({"val": index}, tmp_path / "yolo")
+    assert resolve_layout(tmp_path / "yolo", "val", "detect").layout == "yolo"
+    assert len(read_split(tmp_path / "yolo", "val", task="detect")) == 6
+    assert resolve_layout(tmp_path / "yolo" / "data.yaml", "val", "detect").layout == "yolo"
+
+    dota = tmp_path / "dota"
+    (dota / "train" / "images").mkdir(parents=True)
+    (dota / "train" / "labelTxt").mkdir(parents=True)
+    assert resolve_layout(dota, "train", "obb").layout == "dota"
+
+
+def test_unknown_layout_lists_the_layouts_probed(tmp_path: Path) -> None:
+    """An empty folder is refused; the message lists every layout and what it expects."""
+    with pytest.raises(LayoutError, match="unknown dataset layout") as info:
+        resolve_layout(tmp_path, "train", "detect")
+    for name in LAYOUTS:
+        assert f"{name}:" in str(info.value)
+
+
+def test_ambiguous_layout_is_refused_until_chosen(
+    tmp_path: Path, small_synthetic: Callable[[Task], Path]
+) -> None:
+    """A folder that is both COCO and YOLO is refused; layout= picks one."""
+    root = tmp_path / "both"
+    shutil.copytree(small_synthetic("detect"), root)
+    index = read_coco(root / "annotations" / "val.json", root / "images" / "val", task="detect")
+    write_yolo({"val": index}, root)
+    with pytest.raises(
+        LayoutError, match=r"ambiguous dataset layout.*matches coco, yolo.*Pass layout="
+    ):
+        resolve_layout(root, "val", "detect")
+    assert resolve_layout(root, "val", "detect", layout="yolo").layout == "yolo"
+    with pytest.raises(LayoutError, match="not found in layout 'dota'"):
+        resolve_layout(root, "val", "detect", layout="dota")

@@ -1,0 +1,218 @@
+"""YOLO txt: the data.yaml subset parser, the four label formats, refusals with file and line,
+missing vs empty label files, and the COCO → Targets → YOLO txt → Targets round trip."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lucid_train.data.coco import read_coco
+from lucid_train.data.data_yaml import dump_data_yaml, parse_data_yaml
+from lucid_train.data.records import DataFormatError, Task
+from lucid_train.data.synthetic import main as synthetic_main
+from lucid_train.data.yolo_txt import read_yolo, write_yolo
+
+YAML = """# a comment
+path: .   # root
+train: images/train
+val: images/val
+nc: 2
+names:
+  0: cat
+  1: 'hot dog'
+kpt_shape: [3, 3]
+flip_idx: [0, 2, 1]
+download: |
+  some script
+  that is ignored
+"""
+
+
+def test_data_yaml_subset_parses_scalars_lists_mappings_and_block_text() -> None:
+    """The subset YOLO files use parses to plain Python values."""
+    cfg = parse_data_yaml(YAML)
+    assert cfg["path"] == "."
+    assert cfg["nc"] == 2
+    assert cfg["names"] == {0: "cat", 1: "hot dog"}
+    assert cfg["kpt_shape"] == [3, 3]
+    assert cfg["flip_idx"] == [0, 2, 1]
+    assert cfg["download"] == "some script\nthat is ignored"
+    assert parse_data_yaml("names:\n  - a\n  - b\n")["names"] == ["a", "b"]
+    assert parse_data_yaml(dump_data_yaml(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("names: &anchor [a]\n", r"data.yaml:1: YAML feature '&'"),
+        ("a: 1\na: 2\n", r"data.yaml:2: key 'a' appears twice"),
+        ("names:\n  - a\n  0: b\n", r"data.yaml:3: mixes list items"),
+        ("  indented: 1\n", r"data.yaml:1: unexpected indentation"),
+        ("names: [a, b\n", r"data.yaml:1: inline list must end"),
+    ],
+)
+def test_data_yaml_refuses_what_it_does_not_read_with_the_line(text: str, match: str) -> None:
+    """Unsupported YAML is refused with file:line, never guessed."""
+    with pytest.raises(DataFormatError, match=match):
+        parse_data_yaml(text)
+
+
+def _dataset(
+    tmp_path: Path, write_image: Callable[..., Path], yaml: str, labels: dict[str, str | None]
+) -> Path:
+    (tmp_path / "data.yaml").write_text(yaml)
+    for name, text in labels.items():
+        write_image(tmp_path / "images" / "train" / f"{name}.png", width=100, height=50)
+        if text is not None:
+            lbl = tmp_path / "labels" / "train" / f"{name}.txt"
+            lbl.parent.mkdir(parents=True, exist_ok=True)
+            lbl.write_text(text)
+    return tmp_path / "data.yaml"
+
+
+BASE = "path: .\ntrain: images/train\nnames: [a, b]\n"
+
+
+@pytest.mark.parametrize(
+    ("task", "line", "check"),
+    [
+        ("detect", "1 0.5 0.5 0.2 0.4\n", lambda t: np.allclose(t.boxes, [[40, 15, 60, 35]])),
+        (
+            "segment",
+            "0 0.1 0.2 0.3 0.2 0.3 0.6\n",
+            lambda t: np.allclose(t.boxes, [[10, 10, 30, 30]]),
+        ),
+        (
+            "obb",
+            "0 0.1 0.2 0.3 0.2 0.3 0.6 0.1 0.6\n",
+            lambda t: (
+                np.allclose(t.rboxes, [[20, 20, 20, 20, 0]], atol=1e-5)
+                or np.allclose(t.rboxes[:, :4], [[20, 20, 20, 20]])
+            ),
+        ),
+    ],
+)
+def test_label_lines_are_denormalised_per_task(
+    tmp_path: Path,
+    write_image: Callable[..., Path],
+    task: Task,
+    line: str,
+    check: Callable[..., bool],
+) -> None:
+    """Each task's line format maps to pixel targets of a 100x50 image."""
+    data = _dataset(tmp_path, write_image, BASE, {"x": line})
+    t = read_yolo(data, "train", task=task).records[0].targets
+    assert check(t)
+
+
+def test_pose_lines_follow_kpt_shape(tmp_path: Path, write_image: Callable[..., Path]) -> None:
+    """kpt_shape [2, 3]: box then two (x, y, v) keypoints; v = 0 keypoints are zeroed."""
+    yaml = BASE + "kpt_shape: [2, 3]\nflip_idx: [1, 0]\n"
+    data = _dataset(tmp_path, write_image, yaml, {"x": "0 0.5 0.5 0.2 0.4 0.5 0.4 2 0.9 0.9 0\n"})
+    index = read_yolo(data, "train", task="pose")
+    t = index.records[0].targets
+    assert t.keypoints is not None
+    assert t.keypoint_vis is not None
+    np.testing.assert_allclose(t.keypoints[0], [[50, 20], [0, 0]])
+    assert t.keypoint_vis[0].tolist() == [2, 0]
+    assert index.schema.flip_index == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("task", "yaml_extra", "line", "match"),
+    [
+        (
+            "detect",
+            "",
+            "0 0.5 1.2 0.1 0.1",
+            r"x.txt:2: value 1.2 is outside \[0, 1\].*divide x by the width",
+        ),
+        ("detect", "", "0 0.5 -0.01 0.1 0.1", r"x.txt:2: value -0.01 is outside"),
+        (
+            "segment",
+            "",
+            "0 0.1 0.1 0.2 0.2",
+            r"x.txt:2: a segment line needs a class and at least 3 x y points",
+        ),
+        (
+            "pose",
+            "kpt_shape: [2, 3]\n",
+            "0 0.5 0.5 0.1 0.1 0.5 0.5 2",
+            r"x.txt:2: expected 11 values.*kpt_shape \[2, 3\]",
+        ),
+        ("detect", "", "5 0.5 0.5 0.1 0.1", r"x.txt:2: class 5 is not an index 0..1"),
+        ("obb", "", "0 0.1 0.1 0.2 0.2", r"x.txt:2: expected 9 values for task 'obb'"),
+    ],
+)
+def test_bad_label_lines_name_the_file_and_line(
+    tmp_path: Path,
+    write_image: Callable[..., Path],
+    task: Task,
+    yaml_extra: str,
+    line: str,
+    match: str,
+) -> None:
+    """A bad value is refused (not clamped) with file:line and what to do."""
+    first = {
+        "detect": "0 0.5 0.5 0.1 0.1",
+        "segment": "0 0.1 0.1 0.2 0.2 0.3 0.1",
+        "obb": "0 0.1 0.1 0.2 0.1 0.2 0.2 0.1 0.2",
+        "pose": "0 0.5 0.5 0.1 0.1 0.5 0.5 2 0.5 0.5 2",
+    }[task]
+    data = _dataset(tmp_path, write_image, BASE + yaml_extra, {"x": f"{first}\n{line}\n"})
+    with pytest.raises(DataFormatError, match=match):
+        read_yolo(data, "train", task=task)
+
+
+def test_missing_label_file_differs_from_an_empty_one(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Empty file = background; missing file = error by default, or a counted skip / background."""
+    data = _dataset(tmp_path, write_image, BASE, {"empty": "", "missing": None})
+    with pytest.raises(
+        DataFormatError, match=r"missing.txt: label file missing.*An empty file marks a background"
+    ):
+        read_yolo(data, "train", task="detect")
+    skipped = read_yolo(data, "train", task="detect", missing_labels="skip")
+    assert [r.path.stem for r in skipped.records] == ["empty"]
+    assert len(skipped.records[0].targets) == 0
+    assert skipped.report.counts == {"missing label file (image skipped)": 1}
+    kept = read_yolo(data, "train", task="detect", missing_labels="background")
+    assert len(kept) == 2
+    assert kept.report.total == 1
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_coco_to_yolo_txt_round_trip_gives_equal_targets(
+    tmp_path: Path, small_synthetic: Callable[[Task], Path], task: Task
+) -> None:
+    """COCO → Targets → YOLO txt → Targets is equal within 1e-3 px for every task."""
+    root = small_synthetic(task)
+    splits = {
+        s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task=task)
+        for s in ("train", "val")
+    }
+    data = write_yolo(splits, tmp_path / "yolo")
+    for split, coco_index in splits.items():
+        yolo_index = read_yolo(data, split, task=task)
+        assert yolo_index.schema.class_names == coco_index.schema.class_names
+        assert yolo_index.schema.flip_index == coco_index.schema.flip_index
+        assert len(yolo_index) == len(coco_index)
+        for a, b in zip(coco_index.records, yolo_index.records, strict=True):
+            assert (a.width, a.height) == (b.width, b.height)
+            assert a.targets.allclose(b.targets, atol=1e-3), (task, a.path)
+
+
+def test_synthetic_command_exports_yolo_txt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m lucid_train.data.synthetic --yolo OUT`` writes a readable data.yaml."""
+    cache, out = str(tmp_path / "cache"), str(tmp_path / "y")
+    synthetic_main(
+        ["--task", "pose", "--cache", cache, "--yolo", out, "--num-train", "3", "--num-val", "2"]
+    )
+    assert len(read_yolo(tmp_path / "y" / "data.yaml", "val", task="pose")) == 2
+    assert "data.yaml" in capsys.readouterr().out

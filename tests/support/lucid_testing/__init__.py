@@ -1,0 +1,1 @@
+"""Shared test helpers (on pytest's pythonpath; never imported by the packages)."""

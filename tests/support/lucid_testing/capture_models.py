@@ -1,0 +1,206 @@
+"""Generic models and a training harness for the capture parity suite (torch only).
+
+Nothing here knows YOLO: these are the shapes of model another project would record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class ConvBNNet(nn.Module):
+    """Conv-BN-SiLU stages, optionally the float32 attention block, and two heads (cls, box)."""
+
+    def __init__(self, attention: bool = False, width: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width), nn.SiLU()
+        )
+        self.stage = nn.Sequential(
+            nn.Conv2d(width, 2 * width, 3, 2, 1, bias=False), nn.BatchNorm2d(2 * width), nn.SiLU()
+        )
+        self.attn: nn.Module = nn.Identity()
+        if attention:
+            from lucid_kernels.attention import SpatialAttention
+
+            self.attn = SpatialAttention(2 * width, num_heads=1)
+        self.cls = nn.Conv2d(2 * width, 4, 1)
+        self.box = nn.Conv2d(2 * width, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        f = self.attn(self.stage(self.stem(x)))
+        return self.cls(f), self.box(f)
+
+
+class DropoutNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Dropout(0.3), nn.Linear(64, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+@dataclass
+class TwoOutputs:
+    main: torch.Tensor
+    aux: torch.Tensor
+
+
+class TwoOutputNet(nn.Module):
+    """Two branches with parameters of their own; a loss that reads only ``main`` leaves ``aux``'s
+    parameters at ``None`` in eager."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(16, 32)
+        self.main = nn.Linear(32, 4)
+        self.aux = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> TwoOutputs:
+        h = torch.relu(self.trunk(x))
+        return TwoOutputs(self.main(h), self.aux(h))
+
+
+class _HandWrittenLinear(torch.autograd.Function):
+    """A user's Function whose backward runs matmuls: autocast there would change their dtype."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, weight = ctx.saved_tensors
+        grad = grad.to(weight.dtype)
+        return (grad @ weight).to(x.dtype), grad.t() @ x.to(weight.dtype)
+
+
+class CustomBackwardNet(nn.Module):
+    """Eager ``backward()`` runs this Function's matmuls in float32 (autocast is off there); a
+    backward recorded under autocast would run them in half precision (DESIGN §3 rule 4)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(16, 32)
+        self.weight = nn.Parameter(torch.randn(8, 32) / 32**0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _HandWrittenLinear.apply(torch.tanh(self.inner(x)), self.weight)
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {
+    "convbn": lambda: ConvBNNet(attention=False),
+    "convbn_attention": lambda: ConvBNNet(attention=True),
+    "dropout": DropoutNet,
+    "two_outputs": TwoOutputNet,
+    "custom_backward": CustomBackwardNet,
+}
+
+
+def batches(model: str, sizes: Sequence[int], seed: int = 0, hw: int = 32) -> list[torch.Tensor]:
+    """Deterministic CPU inputs for ``model``, one per batch size in ``sizes``."""
+    g = torch.Generator().manual_seed(seed)
+    if model.startswith("convbn"):
+        return [torch.randn(n, 3, hw, hw, generator=g) for n in sizes]
+    width = 32 if model == "dropout" else 16
+    return [torch.randn(n, width, generator=g) for n in sizes]
+
+
+def loss_of(output: Any) -> torch.Tensor:
+    """A loss reading every output (see ``main_only_loss`` for the other case)."""
+    if isinstance(output, TwoOutputs):
+        return output.main.float().square().mean() + output.aux.float().abs().mean()
+    if isinstance(output, tuple):
+        cls, box = output
+        return F.softplus(cls.float()).mean() + box.float().square().mean()
+    return output.float().square().mean()
+
+
+def main_only_loss(output: TwoOutputs) -> torch.Tensor:
+    return output.main.float().square().mean()
+
+
+@contextlib.contextmanager
+def strict_numerics() -> Iterator[None]:
+    """TF32 off and deterministic cuDNN, restored after (a float32 claim is a float32 claim)."""
+    saved = (
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cudnn.deterministic,
+        torch.backends.cudnn.benchmark,
+    )
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        (
+            torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32,
+            torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark,
+        ) = saved
+
+
+PRECISIONS = {"32-true": None, "16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+
+
+@dataclass
+class RunResult:
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    losses: list[torch.Tensor] = field(default_factory=list)
+    scales: list[float] = field(default_factory=list)
+
+
+def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bits (NaN payloads and signed zeros included)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(_bytes(a), _bytes(b))
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().reshape(-1).contiguous().view(torch.uint8)
+
+
+def state_differences(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    """Names whose tensors differ in any bit, or that exist in one state only."""
+    diffs = sorted(set(a) ^ set(b))
+    diffs += [k for k in sorted(set(a) & set(b)) if not bitwise_equal(a[k], b[k])]
+    return diffs
+
+
+def collect_state(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+) -> dict[str, torch.Tensor]:
+    """Weights, gradients (``None`` recorded as absent), optimizer state, scaler, buffers."""
+    state: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        state[f"param/{name}"] = p.detach().clone()
+        if p.grad is not None:
+            state[f"grad/{name}"] = p.grad.detach().clone()
+    for name, b in model.named_buffers():
+        state[f"buffer/{name}"] = b.detach().clone()
+    names = {id(p): n for n, p in model.named_parameters()}
+    for i, (p, s) in enumerate(optimizer.state.items()):
+        owner = names.get(id(p), f"not-in-model-{i}")  # e.g. after load_state_dict(assign=True)
+        for key, value in s.items():
+            if isinstance(value, torch.Tensor):
+                state[f"optim/{owner}/{key}"] = value.detach().clone()
+    if scaler is not None:
+        for key, value in scaler.state_dict().items():
+            state[f"scaler/{key}"] = torch.tensor(value, dtype=torch.float64)
+    return state
