@@ -36,10 +36,11 @@ NO_TESTS_COLLECTED = 5  # pytest's exit code for an empty selection
 
 def _test_dirs(session: nox.Session) -> list[str]:
     """tests/<name> for each posarg (a package or an extra folder); all of them by default."""
-    names = [a for a in session.posargs if not a.startswith("-")] or [*PACKAGES, *EXTRA_TEST_DIRS]
-    unknown = [n for n in names if not (ROOT / "tests" / n).is_dir()]
+    every = [n for n in [*PACKAGES, *EXTRA_TEST_DIRS] if (ROOT / "tests" / n).is_dir()]
+    names = [a for a in session.posargs if not a.startswith("-")] or every
+    unknown = [n for n in names if n not in every]
     if unknown:
-        session.error(f"no test folder for {unknown}; choose from {[*PACKAGES, *EXTRA_TEST_DIRS]}")
+        session.error(f"no test folder for {unknown}; choose from {every}")
     return [f"tests/{n}" for n in names]
 
 

@@ -90,7 +90,8 @@ def attention_weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
         they are computed in at least float32 by the island and returned in ``q``/``k``'s dtype;
         otherwise this is the plain operation sequence, bit for bit.
     """
-    if torch.is_autocast_enabled(q.device.type):
+    # The meta device (shape inference, FLOP counting) has no autocast state to ask about.
+    if q.device.type != "meta" and torch.is_autocast_enabled(q.device.type):
         island = _Float32AttentionWeights.apply
         weights: Tensor = island(q, k, scale)  # type: ignore[no-untyped-call]
         return weights

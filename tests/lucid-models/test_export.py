@@ -1,0 +1,79 @@
+"""ONNX export of the deploy view (opset 17): TopK and no NMS, and onnxruntime agrees with torch.
+
+Writing the file needs the ``onnx`` package; checking it needs ``onnxruntime``. Neither is a
+dependency of lucid-models, so each test skips, with the reason, where they are missing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lucid_models import ONNX_OPSET, YOLO26, build_model, export_onnx
+from lucid_models.counts import TASKS
+from lucid_models.export import EndToEndGraph
+from lucid_models.outputs import Task
+
+pytest.importorskip("onnx", reason="writing ONNX needs lucid-models[export]")
+
+
+def _kwargs(task: Task) -> dict[str, int]:
+    return {"num_keypoints": 3} if task == "pose" else {}
+
+
+def _spread_scores(model: YOLO26) -> None:
+    """Give BatchNorm one batch's statistics and shrink the output convs: distinct scores.
+
+    With fresh running statistics activations shrink layer by layer until every score equals
+    its prior; with calibrated ones the raw outputs saturate. Either way scores tie, and TopK may
+    order ties differently in torch and onnxruntime.
+    """
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.momentum = 1.0
+    with torch.no_grad():
+        model.train()(torch.rand(2, 3, 96, 64))
+        branch = model.head.one2one
+        for stems in (branch.cls, branch.box, branch.mask, branch.angle, branch.keypoints):
+            for stem in stems or ():
+                conv = stem[-1] if isinstance(stem, torch.nn.Sequential) else stem
+                conv.weight.mul_(0.01)
+
+
+def test_exported_graph_has_topk_and_no_nms_at_the_stated_opset(tmp_path: Path) -> None:
+    """The end-to-end graph is NMS-free and declares opset 17."""
+    import onnx
+
+    path = tmp_path / "detect.onnx"
+    export_onnx(build_model("yolo26n", num_classes=3), path, image_size=(64, 64), max_det=20)
+    graph = onnx.load(str(path))
+    ops = {node.op_type for node in graph.graph.node}
+    assert "TopK" in ops
+    assert "NonMaxSuppression" not in ops
+    assert ONNX_OPSET == 17
+    assert {o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")} == {17}
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_onnxruntime_matches_pytorch(task: Task, tmp_path: Path, seeded: None) -> None:
+    """Labels exactly; boxes, scores and extras to 1e-4 of their scale (float32 sum order)."""
+    ort = pytest.importorskip("onnxruntime", reason="comparing needs onnxruntime")
+    model = build_model("yolo26n", task=task, num_classes=3, **_kwargs(task))
+    _spread_scores(model)
+    path = tmp_path / f"{task}.onnx"
+    names = export_onnx(model, path, image_size=(96, 64), max_det=50)
+    x = torch.rand(1, 3, 96, 64)
+    with torch.no_grad():
+        expected = EndToEndGraph(model.deploy().eval(), 50)(x)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"images": x.numpy()})
+    assert [o.name for o in session.get_outputs()] == names
+    for name, e, g in zip(names, expected, got, strict=True):
+        if name == "labels":
+            assert torch.equal(e, torch.from_numpy(g)), name
+        else:
+            # float32 kernels sum in another order: a bound relative to the tensor's own scale
+            atol = 1e-4 * (float(e.abs().max()) + 1.0)
+            torch.testing.assert_close(torch.from_numpy(g), e, rtol=0, atol=atol, msg=name)

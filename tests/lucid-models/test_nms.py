@@ -1,0 +1,78 @@
+"""Greedy class-wise NMS against a naive per-box reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from lucid_models import batched_nms, box_iou
+
+
+def _naive_iou(a: list[float], b: list[float]) -> float:
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = w * h
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def _naive_nms(boxes: Tensor, scores: Tensor, labels: Tensor, threshold: float) -> list[int]:
+    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+    keep: list[int] = []
+    for i in order:
+        if all(
+            labels[i] != labels[j] or _naive_iou(boxes[i].tolist(), boxes[j].tolist()) <= threshold
+            for j in keep
+        ):
+            keep.append(i)
+    return keep
+
+
+def _random_boxes(n: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(n, 2, generator=g) * 100
+    wh = torch.rand(n, 2, generator=g) * 40 + 1
+    boxes = torch.cat((xy, xy + wh), 1)
+    return boxes, torch.rand(n, generator=g), torch.randint(0, 3, (n,), generator=g)
+
+
+def test_box_iou_matches_the_pairwise_reference() -> None:
+    """Every entry of the IoU matrix equals the per-pair formula."""
+    boxes, _, _ = _random_boxes(30, 1)
+    iou = box_iou(boxes, boxes)
+    for i in range(30):
+        for j in range(30):
+            assert iou[i, j].item() == pytest.approx(
+                _naive_iou(boxes[i].tolist(), boxes[j].tolist()), abs=1e-6
+            )
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("threshold", [0.3, 0.7])
+def test_batched_nms_keeps_what_the_greedy_reference_keeps(seed: int, threshold: float) -> None:
+    """Same kept indices, same order, for random boxes over three classes."""
+    boxes, scores, labels = _random_boxes(200, seed)
+    keep = batched_nms(boxes, scores, labels, threshold)
+    assert keep.tolist() == _naive_nms(boxes, scores, labels, threshold)
+
+
+def test_max_keep_truncates_to_the_first_kept_boxes() -> None:
+    """Stopping early returns a prefix of the unbounded result."""
+    boxes, scores, labels = _random_boxes(200, 3)
+    full = batched_nms(boxes, scores, labels, 0.5)
+    assert batched_nms(boxes, scores, labels, 0.5, max_keep=7).tolist() == full[:7].tolist()
+
+
+def test_empty_input_gives_empty_keep() -> None:
+    """No boxes, no indices, int64."""
+    keep = batched_nms(torch.zeros(0, 4), torch.zeros(0), torch.zeros(0, dtype=torch.long), 0.5)
+    assert keep.shape == (0,)
+    assert keep.dtype == torch.long
+
+
+def test_tied_scores_keep_the_lower_index() -> None:
+    """Two identical boxes with equal scores: the first one is kept, on every device."""
+    boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0]] * 2)
+    keep = batched_nms(boxes, torch.tensor([0.5, 0.5]), torch.tensor([0, 0]), 0.5)
+    assert keep.tolist() == [0]
