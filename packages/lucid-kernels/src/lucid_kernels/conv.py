@@ -22,6 +22,7 @@ class ConvBN(nn.Module):
         stride: convolution stride.
         groups: convolution groups (``groups == C_in == C_out`` is depthwise).
         act: apply SiLU after the BatchNorm when ``True``, nothing when ``False``.
+        eps, momentum: the BatchNorm's (PyTorch's defaults unless a model family sets its own).
 
     Shapes:
         ``x``: ``(B, C_in, H, W)`` -> ``(B, C_out, ceil(H / stride), ceil(W / stride))``.
@@ -36,6 +37,8 @@ class ConvBN(nn.Module):
         *,
         groups: int = 1,
         act: bool = True,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
     ) -> None:
         super().__init__()
         if in_channels % groups or out_channels % groups:
@@ -52,7 +55,7 @@ class ConvBN(nn.Module):
             groups=groups,
             bias=False,
         )
-        self.bn = nn.BatchNorm2d(out_channels)
+        self.bn = nn.BatchNorm2d(out_channels, eps=eps, momentum=momentum)
         self.act: nn.Module = nn.SiLU() if act else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from torch import Tensor, nn
+from lucid_kernels.conv import ConvBN
 
 __all__ = ["BN_EPS", "BN_MOMENTUM", "ConvBNAct", "depthwise"]
 
@@ -16,16 +16,11 @@ BN_EPS = 1e-3
 BN_MOMENTUM = 0.03
 
 
-class ConvBNAct(nn.Module):
-    """``act(bn(conv(x)))``: bias-free ``Conv2d``, BatchNorm, SiLU (or nothing).
+class ConvBNAct(ConvBN):
+    """``act(bn(conv(x)))``: lucid-kernels' ``ConvBN`` with the authors' BatchNorm settings.
 
-    Args:
-        in_channels: ``C_in``.
-        out_channels: ``C_out``.
-        kernel_size: square kernel ``k``, padded by ``k // 2`` ("same" for odd ``k``).
-        stride: convolution stride.
-        groups: convolution groups; both channel counts must be divisible by it.
-        act: SiLU after the BatchNorm when ``True``, identity when ``False``.
+    Args are those of :class:`lucid_kernels.ConvBN` (``eps``/``momentum`` fixed to
+    :data:`BN_EPS`/:data:`BN_MOMENTUM`).
 
     Shapes:
         ``x``: ``(B, C_in, H, W)`` -> ``(B, C_out, ceil(H / stride), ceil(W / stride))``.
@@ -41,27 +36,16 @@ class ConvBNAct(nn.Module):
         groups: int = 1,
         act: bool = True,
     ) -> None:
-        super().__init__()
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(
-                f"expected in_channels ({in_channels}) and out_channels ({out_channels}) "
-                f"divisible by groups ({groups})"
-            )
-        self.conv = nn.Conv2d(
+        super().__init__(
             in_channels,
             out_channels,
             kernel_size,
             stride,
-            padding=kernel_size // 2,
             groups=groups,
-            bias=False,
+            act=act,
+            eps=BN_EPS,
+            momentum=BN_MOMENTUM,
         )
-        self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM)
-        self.act: nn.Module = nn.SiLU() if act else nn.Identity()
-
-    def forward(self, x: Tensor) -> Tensor:
-        """``(B, C_in, H, W)`` -> ``(B, C_out, H', W')``."""
-        return self.act(self.bn(self.conv(x)))  # type: ignore[no-any-return]
 
 
 def depthwise(in_channels: int, out_channels: int, kernel_size: int = 3) -> ConvBNAct:
