@@ -139,3 +139,35 @@ def test_python_number_argument_is_baked_in_and_a_new_value_runs_eager() -> None
     assert bitwise_equal(recorder(x, t, 2.0), scaled(x, t, 2.0))
     assert bitwise_equal(recorder(x, t, 3.0), scaled(x, t, 3.0))
     assert recorder.stats.eager == {Reason.ARGUMENTS: 1}
+
+
+def test_arguments_nested_in_a_dataclass_replay_and_a_changed_constant_runs_eager() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Padded:
+        boxes: torch.Tensor
+        mask: torch.Tensor
+        note: str = "padded"
+
+    def loss(pred: torch.Tensor, t: Padded, weight: torch.Tensor) -> torch.Tensor:
+        diff = (pred[:, :, None] - t.boxes[:, None]).abs().sum(-1)
+        return weight * diff.masked_fill(~t.mask[:, None], 0.0).mean()
+
+    recorder = LossRecorder(loss, capacity=3, rows=lambda args: int(args[1].boxes.shape[1]))
+    g = torch.Generator().manual_seed(2)
+    weight = torch.tensor(2.0, device="cuda")
+    for step in range(3):
+        pred = torch.randn(2, 5, 4, generator=g).cuda().requires_grad_()
+        t = Padded(
+            torch.rand(2, 3, 4, generator=g).cuda(), torch.rand(2, 3, generator=g).cuda() > 0.3
+        )
+        twin = pred.detach().clone().requires_grad_()
+        got, want = recorder(pred, t, weight), loss(twin, t, weight)
+        got.backward()
+        want.backward()
+        assert bitwise_equal(got, want) and bitwise_equal(pred.grad, twin.grad), step
+    other = Padded(t.boxes, t.mask, note="other")
+    assert bitwise_equal(recorder(pred.detach(), other, weight), loss(pred.detach(), other, weight))
+    assert recorder.stats.replays == 3
+    assert recorder.stats.eager == {Reason.ARGUMENTS: 1}

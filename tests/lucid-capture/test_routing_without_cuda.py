@@ -90,3 +90,15 @@ def test_reset_zeroes_the_counters_for_a_new_fit() -> None:
     recorder(torch.randn(2, 16))
     recorder.reset()
     assert recorder.stats.eager_calls == 0 and not recorder.recorded
+
+
+def test_loss_recorder_reads_rows_from_a_structure_when_told_how() -> None:
+    def loss(pred: torch.Tensor, targets: dict[str, torch.Tensor]) -> torch.Tensor:
+        return (pred[:, None] - targets["boxes"]).abs().sum()
+
+    recorder = LossRecorder(loss, capacity=4, rows=lambda args: int(args[1]["boxes"].shape[1]))
+    pred = torch.randn(2, 4)
+    assert recorder.fits((pred, {"boxes": torch.zeros(2, 4, 4)}))
+    assert not recorder.fits((pred, {"boxes": torch.zeros(2, 5, 4)}))
+    with pytest.raises(ValueError, match="say where the padded rows are"):
+        LossRecorder(loss, capacity=4)

@@ -47,3 +47,13 @@ def test_each_reason_warns_once_and_quiet_reasons_never() -> None:
 
 def test_every_reason_has_an_explanation() -> None:
     assert all(reason.explanation for reason in Reason)
+
+
+def test_description_tells_apart_structures_and_constants_but_not_tensor_values() -> None:
+    from lucid_capture.tree import describe
+
+    a = TwoOutputs(torch.zeros(2), torch.ones(3))
+    assert describe((a, 1.0)) == describe((TwoOutputs(torch.ones(5), torch.zeros(1)), 1.0))
+    assert describe((a, 1.0)) != describe((a, 2.0))
+    assert describe((a, None)) != describe((a, torch.zeros(1)))
+    assert describe({"x": a}) != describe({"y": a})

@@ -126,6 +126,14 @@ def test_duplicate_image_ids_are_refused(tmp_path: Path, write_doc: Writer) -> N
         read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")
 
 
+def test_duplicate_annotation_ids_are_refused(tmp_path: Path, write_doc: Writer) -> None:
+    """Two annotations with one id (pycocotools would keep one): an error naming the id."""
+    with pytest.raises(
+        DataFormatError, match=r"duplicate annotation id 3 .*give every annotation a unique id"
+    ):
+        read_coco(write_doc(tmp_path, _doc([_ann(3), _ann(3)])), tmp_path / "img", task="detect")
+
+
 def test_category_id_not_in_categories_is_refused(tmp_path: Path, write_doc: Writer) -> None:
     """An annotation with an undeclared category id names the annotation, the id and the fix."""
     with pytest.raises(

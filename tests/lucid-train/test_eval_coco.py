@@ -164,3 +164,19 @@ def test_unknown_category_ids_are_refused() -> None:
     """A label map naming ids the ground truth lacks is an error at construction."""
     with pytest.raises(ValueError, match=r"category_ids \[7\] are not categories"):
         CocoEvaluator(_gt(), category_ids=(5, 7))
+
+
+def test_an_image_without_detections_adds_nothing_even_with_keypoints() -> None:
+    """Zero detections with an empty keypoint array (what a pose decode gives) are accepted."""
+    from lucid_train.evaluation.coco_eval import CocoEvaluator
+
+    gt = {
+        "images": [{"id": 1, "width": 10, "height": 10}],
+        "annotations": [],
+        "categories": [{"id": 1, "name": "p", "keypoints": ["a", "b"]}],
+    }
+    evaluator = CocoEvaluator(gt, [1], iou_types=("keypoints",))
+    evaluator.add(
+        1, np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), keypoints=np.zeros((0, 2, 3))
+    )
+    assert evaluator.detections == []

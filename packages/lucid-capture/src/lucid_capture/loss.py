@@ -30,7 +30,10 @@ class LossRecorder(Recorder):
     Args:
         loss_fn: the loss, written for padded targets; returns a tensor or a structure of them.
         capacity: the padded row count the recording is made for.
-        targets: positions of the padded target arguments; dimension 1 of each is the row count.
+        targets: positions of padded target tensors among the arguments; dimension 1 of each is
+            its row count.
+        rows: instead of ``targets``, a function of the call's arguments giving the padded row
+            count (for targets held in a structure, e.g. a dataclass of padded tensors).
         module: a module whose parameters the loss trains (e.g. a density flow), if any.
     """
 
@@ -39,18 +42,20 @@ class LossRecorder(Recorder):
         loss_fn: Callable[..., Any],
         *,
         capacity: int,
-        targets: Sequence[int],
+        targets: Sequence[int] = (),
+        rows: Callable[[Sequence[Any]], int] | None = None,
         module: nn.Module | None = None,
         name: str = "loss",
         **options: Any,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
-        if not targets:
-            raise ValueError("name the positions of the padded target arguments in `targets`")
+        if not targets and rows is None:
+            raise ValueError("say where the padded rows are: `targets` positions or `rows`")
         super().__init__(loss_fn, name=name, **options)
         self.capacity = capacity
         self.targets = tuple(targets)
+        self.rows = rows
         self.module = module
 
     def parameters(self) -> Sequence[torch.Tensor]:
@@ -64,6 +69,8 @@ class LossRecorder(Recorder):
 
     def fits(self, args: Sequence[Any]) -> bool:
         """Whether every padded target argument has at most ``capacity`` rows."""
+        if self.rows is not None and self.rows(args) > self.capacity:
+            return False
         return all(_rows(args, i) <= self.capacity for i in self.targets)
 
     def _early_mismatch(self, args: Sequence[Any]) -> Reason | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,11 +29,18 @@ from lucid_capture.recording import Recording, record
 from lucid_capture.replay import Replay, ReplayCall
 from lucid_capture.signature import CallSignature, parameter_identity, unsupported
 from lucid_capture.stats import CaptureStats, CaptureWarning
-from lucid_capture.tree import unflatten
+from lucid_capture.tree import Rebuild, describe, flatten, unflatten
 
 
 class _Hold:
     """A token alive while a replay's backward is pending."""
+
+
+@dataclass(frozen=True)
+class Structure:
+    """How a call's tensors nest in its arguments, with the constants among them."""
+
+    key: str
 
 
 class Recorder:
@@ -83,11 +91,15 @@ class Recorder:
     # -- public ---------------------------------------------------------------------------
 
     def __call__(self, *args: Any) -> Any:
-        reason = self._route(args)
+        # Arguments may nest tensors in tuples, dicts or dataclasses: the recording sees their
+        # tensors, and their structure (constants included) as one baked-in argument.
+        leaves, rebuild = flatten(args)
+        flat = (Structure(describe(args)), *leaves)
+        reason = self._route(flat, args, rebuild)
         if reason is not None:
-            self.stats.count_eager(reason, self._detail(reason, args))
+            self.stats.count_eager(reason, self._detail(reason, flat))
             return self.fn(*args)
-        return self._replay(args)
+        return self._replay(flat)
 
     @property
     def recorded(self) -> bool:
@@ -130,8 +142,10 @@ class Recorder:
 
     # -- routing --------------------------------------------------------------------------
 
-    def _route(self, args: Sequence[Any]) -> Reason | None:
-        """``None`` to replay (recording first if needed), else why this call runs eager."""
+    def _route(self, args: Sequence[Any], call: Sequence[Any], rebuild: Rebuild) -> Reason | None:
+        """``None`` to replay (recording first if needed), else why this call runs eager.
+
+        ``args`` is the flat call (structure, then tensors); ``call`` the arguments as given."""
         if not self.enabled:
             return Reason.DISABLED
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -147,7 +161,7 @@ class Recorder:
             return Reason.CAPTURE_FAILED
         if unsupported(args):
             return Reason.UNSUPPORTED_DTYPE
-        reason = self._early_mismatch(args)
+        reason = self._early_mismatch(call)
         if reason is not None:
             return reason
         params = tuple(self.parameters())
@@ -157,7 +171,7 @@ class Recorder:
             return self._recording.signature.mismatch(CallSignature.of(args))
         if self.stats.recordings >= self.max_recordings:
             return Reason.RECORDING_LIMIT
-        return self._record(args, params)
+        return self._record(args, params, rebuild)
 
     def _early_mismatch(self, args: Sequence[Any]) -> Reason | None:
         """A subclass's own check, ahead of the signature (e.g. target capacity)."""
@@ -172,13 +186,15 @@ class Recorder:
         ]
         return f"recorded shapes {was}, called with {now}"
 
-    def _record(self, args: Sequence[Any], params: tuple[torch.Tensor, ...]) -> Reason | None:
+    def _record(
+        self, args: Sequence[Any], params: tuple[torch.Tensor, ...], rebuild: Rebuild
+    ) -> Reason | None:
         device = next(a for a in args if isinstance(a, torch.Tensor)).device
         if self._stream is None or self._stream.device != device:
             self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
         try:
             self._recording = record(
-                self.fn,
+                lambda _, *leaves: self.fn(*unflatten(rebuild, list(leaves))),
                 args,
                 params,
                 tuple(self.buffers()),

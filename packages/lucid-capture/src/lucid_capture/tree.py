@@ -1,7 +1,7 @@
-"""Flatten a callable's output into its tensors and rebuild it around other tensors.
+"""Flatten a call's arguments or outputs into their tensors and rebuild them around others.
 
-Supports what models return: a tensor, tuples (named too), lists, dicts and dataclasses, nested,
-with non-tensor leaves (``None``, numbers, strings) kept as constants.
+Supports what models take and return: a tensor, tuples (named too), lists, dicts and
+dataclasses, nested, with non-tensor leaves (``None``, numbers, strings) kept as constants.
 """
 
 from __future__ import annotations
@@ -28,6 +28,24 @@ def unflatten(rebuild: Rebuild, leaves: list[torch.Tensor]) -> Any:
     if next(it, None) is not None:
         raise ValueError("more tensors than the structure holds")
     return tree
+
+
+def describe(tree: Any) -> str:
+    """The structure of ``tree`` with its constants and a ``T`` for each tensor: two calls whose
+    descriptions are equal rebuild the same way from their tensors."""
+    if isinstance(tree, torch.Tensor):
+        return "T"
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        fields = [f.name for f in dataclasses.fields(tree) if f.init]
+        inner = ", ".join(f"{n}={describe(getattr(tree, n))}" for n in fields)
+        return f"{type(tree).__qualname__}({inner})"
+    if isinstance(tree, list | tuple):
+        inner = ", ".join(describe(v) for v in tree)
+        return f"{type(tree).__qualname__}[{inner}]"
+    if isinstance(tree, dict):
+        inner = ", ".join(f"{k!r}: {describe(v)}" for k, v in tree.items())
+        return f"{type(tree).__qualname__}{{{inner}}}"
+    return f"{type(tree).__qualname__}:{tree!r}"
 
 
 def _flatten(tree: Any, leaves: list[torch.Tensor]) -> Rebuild:

@@ -14,8 +14,9 @@ Crowd regions (``iscrowd: 1``) are not trained on: they are counted in the load 
 to evaluation, which reads the original JSON and scores them as COCO does (assumptions.md D4).
 An extra per-annotation key ``difficult`` (written by DOTA tiling) sets `Targets.difficult`.
 
-Hard errors (the file is wrong): duplicate image ids, an annotation whose ``category_id`` is not in
-``categories`` or whose ``image_id`` is not in ``images``, a keypoint list of the wrong length.
+Hard errors (the file is wrong): duplicate image or annotation ids, an annotation whose
+``category_id`` is not in ``categories`` or whose ``image_id`` is not in ``images``, a keypoint
+list of the wrong length.
 Counted skips: crowd regions, empty boxes, rings with fewer than 3 points (or not 4 for obb), RLE
 masks, missing / unreadable image files.
 """
@@ -126,8 +127,17 @@ def read_coco(
         images[iid] = im
 
     per_image: dict[int, list[dict[str, Any]]] = {iid: [] for iid in images}
+    seen_ids: set[Any] = set()
     for ann in doc["annotations"]:
         aid = ann.get("id", "?")
+        if "id" in ann:
+            # pycocotools indexes annotations by id: a repeat silently replaces ground truth.
+            if aid in seen_ids:
+                raise DataFormatError(
+                    f"{ann_file}: duplicate annotation id {aid} (image_id {ann.get('image_id')}); "
+                    "give every annotation a unique id"
+                )
+            seen_ids.add(aid)
         if int(ann["category_id"]) not in label_of:
             raise DataFormatError(
                 f"{ann_file}: annotation {aid} has category_id {ann['category_id']}, "

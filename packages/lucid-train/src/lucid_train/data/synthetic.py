@@ -34,7 +34,11 @@ from PIL import Image, ImageDraw
 from lucid_train.data.polygons import polygon_area
 from lucid_train.data.records import Task
 
-VERSION = 1
+VERSION = 1  # the drawing: changing it changes every image (and seeds the generator)
+# The files written around the drawing; revision 2 numbers annotation ids uniquely (revision 1
+# repeated them per image, which pycocotools silently mis-indexes). A new revision regenerates
+# the cache with the same images.
+FORMAT_REVISION = 2
 SHAPE_CLASSES = ("circle", "square", "triangle")
 SHAPE_COLOURS = ((220, 40, 40), (40, 190, 60), (50, 80, 230))
 BAR_CLASSES = ("needle", "plank", "tile")
@@ -272,7 +276,8 @@ def _write(task: Task, root: Path, seed: int, spec: SyntheticSpec) -> None:
             name = f"{i:06d}.png"
             img.save(img_dir / name, optimize=False, compress_level=1)
             images.append({"id": i + 1, "file_name": name, "width": w, "height": h})
-            anns += [_annotation(a, len(anns) + 1, i + 1) for a in drawn]
+            for a in drawn:
+                anns.append(_annotation(a, len(anns) + 1, i + 1))
         doc = {
             "info": {"description": f"lucid synthetic {task} v{VERSION} seed {seed}"},
             "images": images,
@@ -300,7 +305,7 @@ def synthetic_dataset(
     spec = spec or SyntheticSpec()
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     sizes = f"{spec.num_train}x{spec.num_val}-{spec.min_side}to{spec.max_side}"
-    name = f"synthetic-{task}-v{VERSION}-seed{seed}-{sizes}"
+    name = f"synthetic-{task}-v{VERSION}r{FORMAT_REVISION}-seed{seed}-{sizes}"
     root = base / name
     if (root / "annotations" / "val.json").is_file():
         return root

@@ -192,7 +192,7 @@ class CocoEvaluator:
             rles = mask_utils.encode(np.asfortranarray(m.transpose(1, 2, 0))) if len(m) else []
         kp = (
             None
-            if keypoints is None
+            if keypoints is None or b.shape[0] == 0  # no detections: nothing to reshape
             else np.asarray(keypoints, np.float64).reshape(b.shape[0], -1, 3)
         )
         for i in range(b.shape[0]):

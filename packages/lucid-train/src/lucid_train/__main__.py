@@ -1,0 +1,5 @@
+"""``python -m lucid_train``: the ``lucid`` command."""
+
+from lucid_train.cli import main
+
+raise SystemExit(main())

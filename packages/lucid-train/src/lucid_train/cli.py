@@ -1,0 +1,331 @@
+"""The ``lucid`` command: ``fit | validate | test | predict | export``.
+
+Flags follow LightningCLI's dotted spelling (``--trainer.max_epochs``, ``--data.root``,
+``--model.lr0``) on plain argparse: jsonargparse, which LightningCLI needs, is not a dependency
+(assumptions.md T60). The model is chosen by name, its task by the suffix::
+
+    lucid fit                                   # yolo26n detect on the built-in synthetic set
+    lucid fit --model yolo26s-seg --data.root path/to/coco-folder
+    lucid fit --ckpt_path runs/detect/train/checkpoints/last.ckpt   # resume
+    lucid validate --ckpt runs/detect/train/checkpoints/best.ckpt
+    lucid predict --ckpt runs/detect/train/checkpoints/best.ckpt --source images/
+    lucid export --ckpt runs/detect/train/checkpoints/best.ckpt
+
+Defaults make the main job (``lucid fit``) finish on a 2-core CPU within ten minutes (README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+FORMATS = ("auto", "coco", "coco-split-folders", "yolo", "dota")
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+# The main job's defaults (assumptions.md T61): small canvas and a short run sized for a 2-core CPU.
+DEFAULT_IMG_SIZE = 320
+DEFAULT_BATCH = 16
+DEFAULT_EPOCHS = 6
+
+
+def _add_data(p: argparse.ArgumentParser, *, sizes: bool = True) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument(
+        "--data.root",
+        dest="data_root",
+        default=None,
+        help="dataset folder or YOLO data.yaml (default: the task's built-in set)",
+    )
+    g.add_argument(
+        "--data.format",
+        dest="data_format",
+        default="auto",
+        choices=FORMATS,
+        help="on-disk layout; auto probes the folder",
+    )
+    g.add_argument("--data.num_workers", dest="num_workers", type=int, default=None)
+    if sizes:
+        g.add_argument(
+            "--data.img_size",
+            dest="img_size",
+            type=int,
+            default=None,
+            help=f"canvas side (fit default {DEFAULT_IMG_SIZE}; else the checkpoint's)",
+        )
+        g.add_argument("--data.batch_size", dest="batch_size", type=int, default=DEFAULT_BATCH)
+        g.add_argument("--data.seed", dest="data_seed", type=int, default=0)
+
+
+def _add_trainer(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("trainer")
+    g.add_argument("--trainer.accelerator", dest="accelerator", default="auto")
+    g.add_argument("--trainer.devices", dest="devices", default="auto")
+    g.add_argument("--trainer.precision", dest="precision", default="32-true", choices=PRECISIONS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every verb."""
+    parser = argparse.ArgumentParser(prog="lucid", description=__doc__.split("\n\n")[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+
+    fit = verbs.add_parser("fit", help="train a model")
+    fit.add_argument(
+        "--model",
+        default="yolo26n",
+        help="yolo26<n|s|m|l|x>[-seg|-pose|-obb]; the suffix picks the task",
+    )
+    fit.add_argument("--ckpt_path", default=None, help="resume from this last.ckpt")
+    fit.add_argument("--seed_everything", type=int, default=0)
+    _add_data(fit)
+    _add_trainer(fit)
+    g = fit.add_argument_group("trainer (fit)")
+    g.add_argument("--trainer.max_epochs", dest="max_epochs", type=int, default=DEFAULT_EPOCHS)
+    g.add_argument("--trainer.accumulate_grad_batches", dest="accumulate", type=int, default=1)
+    g.add_argument(
+        "--trainer.limit_train_batches", dest="limit_train_batches", type=float, default=None
+    )
+    g.add_argument(
+        "--trainer.limit_val_batches", dest="limit_val_batches", type=float, default=None
+    )
+    g.add_argument("--trainer.check_val_every_n_epoch", dest="val_every", type=int, default=1)
+    g.add_argument("--trainer.deterministic", dest="deterministic", action="store_true")
+    g = fit.add_argument_group("model (optimizer and schedule)")
+    g.add_argument(
+        "--model.optimizer",
+        dest="optimizer",
+        default="auto",
+        choices=("auto", "MuSGD", "AdamW", "SGD"),
+    )
+    g.add_argument("--model.lr0", dest="lr0", type=float, default=None)
+    g.add_argument("--model.lrf", dest="lrf", type=float, default=0.01)
+    g.add_argument("--model.warmup_epochs", dest="warmup_epochs", type=float, default=3.0)
+    g.add_argument("--model.weight_decay", dest="weight_decay", type=float, default=5e-4)
+    g = fit.add_argument_group("run")
+    g.add_argument("--run.root", dest="run_root", default="runs")
+    g.add_argument("--run.name", dest="run_name", default="train")
+
+    for verb in ("validate", "test"):
+        v = verbs.add_parser(verb, help=f"{verb} a checkpoint on a split (both decode paths)")
+        v.add_argument("--ckpt", required=True)
+        v.add_argument("--model", default=None, help="expected model/task (checked)")
+        _add_data(v)
+        _add_trainer(v)
+
+    pr = verbs.add_parser("predict", help="predict images; writes JSON and overlays")
+    pr.add_argument("--ckpt", required=True)
+    pr.add_argument("--source", required=True, help="an image or a folder of images")
+    pr.add_argument("--model", default=None, help="expected model/task (checked)")
+    pr.add_argument("--out", default=None, help="output folder (default runs/<task>/predict)")
+    pr.add_argument("--conf", type=float, default=0.25)
+    pr.add_argument("--img_size", type=int, default=None)
+    pr.add_argument("--device", default="cpu")
+
+    ex = verbs.add_parser("export", help="ONNX of the deploy view (end-to-end top-k)")
+    ex.add_argument("--ckpt", required=True)
+    ex.add_argument("--model", default=None, help="expected model/task (checked)")
+    ex.add_argument("--out", default=None, help="the .onnx file (default beside the checkpoint)")
+    ex.add_argument("--img_size", type=int, default=None)
+    ex.add_argument("--max_det", type=int, default=300)
+    return parser
+
+
+def _task_of(model: str | None) -> Any:
+    from lucid_train.model_spec import parse_model
+
+    return None if model is None else parse_model(model).task
+
+
+def _devices(value: str) -> Any:
+    return int(value) if value.isdigit() else value
+
+
+def _datamodule(
+    args: argparse.Namespace, task: Any, img_size: int, batch: int, variant: str
+) -> Any:
+    from lucid_train.data import LucidDataModule
+
+    return LucidDataModule(
+        task,
+        args.data_root,
+        layout=args.data_format,
+        img_size=img_size,
+        batch_size=batch,
+        num_workers=args.num_workers,
+        variant=variant,
+        seed=getattr(args, "data_seed", 0),
+    )
+
+
+def _fit(args: argparse.Namespace) -> int:
+    import lightning as L
+
+    from lucid_train.checkpoint import check_task, read_checkpoint_info
+    from lucid_train.model_spec import parse_model
+    from lucid_train.module import module_class
+    from lucid_train.runs import build_trainer, new_run_dir, run_dir_of_checkpoint
+
+    spec = parse_model(args.model)
+    img_size = args.img_size or DEFAULT_IMG_SIZE
+    hparams: dict[str, Any] | None = None
+    if args.ckpt_path:
+        info = read_checkpoint_info(args.ckpt_path)
+        requested = spec.task if args.model != "yolo26n" else None
+        check_task(info, requested, args.model)
+        spec = parse_model(info.model)
+        hparams = dict(info.hyper_parameters)
+        img_size = int(hparams.get("img_size", img_size))
+        run_dir = run_dir_of_checkpoint(args.ckpt_path)
+    else:
+        run_dir = new_run_dir(args.run_root, spec.task, args.run_name)
+    L.seed_everything(args.seed_everything, workers=True)
+    dm = _datamodule(args, spec.task, img_size, args.batch_size, spec.scale[-1])
+    dm.setup("fit")
+    _share_cores(args.accelerator, dm.num_workers)
+    schema = dm.schema
+    cls = module_class(spec.task)
+    if hparams is None:
+        hparams = {
+            "model": spec.name,
+            "num_classes": schema.num_classes,
+            "class_names": schema.class_names,
+            "category_ids": schema.category_ids,
+            "num_keypoints": schema.num_keypoints if spec.task == "pose" else None,
+            "keypoint_names": schema.keypoint_names,
+            "flip_index": schema.flip_index,
+            "skeleton": schema.skeleton,
+            "optimizer": args.optimizer,
+            "lr0": args.lr0,
+            "lrf": args.lrf,
+            "warmup_epochs": args.warmup_epochs,
+            "weight_decay": args.weight_decay,
+            "img_size": img_size,
+        }
+    module = cls(**hparams)
+    extra: dict[str, Any] = {}
+    if args.limit_train_batches is not None:
+        extra["limit_train_batches"] = _limit(args.limit_train_batches)
+    if args.limit_val_batches is not None:
+        extra["limit_val_batches"] = _limit(args.limit_val_batches)
+    trainer = build_trainer(
+        run_dir,
+        max_epochs=args.max_epochs,
+        precision=args.precision,
+        accumulate_grad_batches=args.accumulate,
+        accelerator=args.accelerator,
+        devices=_devices(args.devices),
+        deterministic=args.deterministic,
+        check_val_every_n_epoch=args.val_every,
+        **extra,
+    )
+    print(f"lucid fit: {spec.name} ({spec.task}) on {dm.root} -> {run_dir}")
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=dm, ckpt_path=args.ckpt_path)
+    wall = time.perf_counter() - start
+    ckpt = trainer.checkpoint_callback
+    best = getattr(ckpt, "best_model_score", None)
+    best_text = "n/a" if best is None else f"{float(best):.4f}"
+    print(
+        f"lucid fit: done in {wall:.0f} s; best val/mAP50-95 (e2e box) {best_text}; "
+        f"checkpoints in {run_dir / 'checkpoints'}"
+    )
+    return 0
+
+
+def _share_cores(accelerator: str, workers: int) -> None:
+    """On the CPU, leave the loader workers their cores: intra-op threads = cores - workers
+    (oversubscribed OpenMP threads spin against the workers; assumptions.md T62). An explicit
+    ``OMP_NUM_THREADS`` wins."""
+    import torch
+
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
+
+
+def _limit(value: float) -> int | float:
+    return int(value) if value >= 1 and float(value).is_integer() else value
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from lucid_train.checkpoint import load_module
+    from lucid_train.model_spec import parse_model
+    from lucid_train.runs import build_trainer
+
+    module = load_module(args.ckpt, task=_task_of(args.model), model=args.model)
+    hp = module.hparams
+    img_size = args.img_size or int(hp.get("img_size", DEFAULT_IMG_SIZE))
+    spec = parse_model(hp["model"])
+    dm = _datamodule(args, spec.task, img_size, args.batch_size, spec.scale[-1])
+    trainer = build_trainer(
+        None,
+        ema=False,
+        precision=args.precision,
+        accelerator=args.accelerator,
+        devices=_devices(args.devices),
+    )
+    run = trainer.validate if args.verb == "validate" else trainer.test
+    run(module, datamodule=dm)
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from lucid_train.checkpoint import load_module
+    from lucid_train.predict import predict_images
+
+    module = load_module(args.ckpt, task=_task_of(args.model), model=args.model)
+    out = Path(args.out or Path("runs") / module.task / "predict")
+    path = predict_images(
+        module, args.source, out, img_size=args.img_size, conf=args.conf, device=args.device
+    )
+    print(f"lucid predict: wrote {path} and overlays in {out}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from lucid_models import export_onnx
+    from lucid_train.checkpoint import load_module
+
+    module = load_module(args.ckpt, task=_task_of(args.model), model=args.model)
+    size = args.img_size or int(module.hparams.get("img_size", 640))
+    out = Path(args.out) if args.out else Path(args.ckpt).with_suffix(".onnx")
+    names = export_onnx(module.model, out, image_size=(size, size), max_det=args.max_det)
+    print(f"lucid export: wrote {out} (input images 1x3x{size}x{size}; outputs {names})")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit status. Errors the user can fix (a checkpoint of
+    another task, an unknown layout, a missing file) print one line, not a traceback."""
+    from lucid_train.checkpoint import CheckpointTaskError
+    from lucid_train.data import DataFormatError, LayoutError
+    from lucid_train.nonfinite import NonFiniteLossError
+
+    args = build_parser().parse_args(argv)
+    verbs = {
+        "fit": _fit,
+        "validate": _evaluate,
+        "test": _evaluate,
+        "predict": _predict,
+        "export": _export,
+    }
+    try:
+        return verbs[args.verb](args)
+    except (
+        CheckpointTaskError,
+        LayoutError,
+        DataFormatError,
+        FileNotFoundError,
+        NonFiniteLossError,
+    ) as err:
+        print(f"lucid {args.verb}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,276 @@
+"""The per-branch detection loss: assignment, CIoU, L1 on distances and BCE on soft targets.
+
+For one head branch (:class:`~lucid_models.BranchOutput`), :class:`DetectionLoss`:
+
+1. decodes the predicted boxes to xyxy pixels and assigns anchors with its own
+   :class:`~lucid_train.assign.TaskAlignedAssigner` (on detached sigmoid scores and boxes);
+2. scores ``box_gain * CIoU + cls_gain * BCE + l1_gain * L1``, every term divided by the one
+   shared normaliser ``max(sum of soft targets, 1)`` (the authors' reduction, assumptions.md T7).
+
+Task extras (masks, rotated terms, keypoints) subclass it and override :meth:`extra_terms`, or
+compose it through :meth:`DetectionLoss.__call__`'s :class:`BranchResult`: either way they read
+the same :class:`~lucid_train.assign.Assignment`, decoded boxes, anchors and normaliser as the
+box loss - a task extra never re-assigns.
+
+Capture contract: static shapes, no host synchronisation, no Python branch on tensor values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lucid_models.outputs import BranchOutput, ModelOutput
+from lucid_train.assign import Assignment, TaskAlignedAssigner, anchors_in_pixels
+from lucid_train.losses.boxes import (
+    boxes_to_distances,
+    ciou_loss,
+    distance_l1_loss,
+    distances_to_boxes,
+)
+from lucid_train.losses.targets import PaddedTargets
+
+__all__ = ["BranchResult", "DetectionLoss", "LossTerms", "normaliser"]
+
+ImageSize = tuple[int, int] | Tensor
+
+
+@dataclass
+class LossTerms:
+    """A loss to backpropagate and its named parts to log.
+
+    Attributes:
+        total: 0-d tensor (requires grad when the predictions do): what to call ``backward`` on.
+        items: ``(N,)`` detached float32, the logged parts (gains applied, as the authors log;
+            assumptions.md T8).
+        names: ``N`` names, one per item.
+        branches: set by :class:`~lucid_train.losses.progloss.DualLoss`: the one-to-many and
+            one-to-one :class:`BranchResult`, for callers that log more than the items.
+    """
+
+    total: Tensor
+    items: Tensor
+    names: tuple[str, ...]
+    branches: tuple[BranchResult, BranchResult] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_parts(cls, parts: Sequence[tuple[str, Tensor]]) -> LossTerms:
+        """Sum already-gained 0-d ``(name, value)`` parts into a total with matching items."""
+        if not parts:
+            raise ValueError("expected at least one loss part")
+        values = [value.float() for _, value in parts]
+        return cls(
+            total=torch.stack(values).sum(),
+            items=torch.stack([v.detach() for v in values]),
+            names=tuple(name for name, _ in parts),
+        )
+
+    def extend(self, other: LossTerms) -> LossTerms:
+        """Both totals summed, items and names concatenated (``other``'s after ``self``'s)."""
+        return LossTerms(
+            total=self.total + other.total,
+            items=torch.cat((self.items, other.items)),
+            names=self.names + other.names,
+        )
+
+    def as_dict(self) -> dict[str, Tensor]:
+        """``{name: 0-d detached tensor}`` for a logger (reading them is the caller's sync)."""
+        return dict(zip(self.names, self.items.unbind(0), strict=True))
+
+
+@dataclass
+class BranchResult:
+    """Everything one branch's loss computed, for task extras and logging.
+
+    Attributes:
+        terms: the branch's gained terms (detection, then any task extras).
+        assignment: the branch's assignment; task extras gather their targets with it.
+        pred_boxes: ``(B, A, 4)`` float32 decoded xyxy pixels, with grad.
+        anchor_points: ``(A, 2)`` grid units (cell + 0.5).
+        anchor_strides: ``(A, 1)``.
+        anchors_px: ``(A, 2)`` anchor centres in pixels.
+        normaliser: 0-d ``max(assignment.target_scores.sum(), 1)``, shared by every term.
+    """
+
+    terms: LossTerms
+    assignment: Assignment
+    pred_boxes: Tensor
+    anchor_points: Tensor
+    anchor_strides: Tensor
+    anchors_px: Tensor
+    normaliser: Tensor
+
+
+def normaliser(assignment: Assignment) -> Tensor:
+    """The branch's shared normaliser ``max(sum of soft targets, 1)``, 0-d, on the device."""
+    return assignment.target_scores.sum().clamp(min=1.0)
+
+
+class DetectionLoss:
+    """Detection loss of one head branch, with its own assigner.
+
+    Args:
+        num_classes: ``C``.
+        one_to_one: which branch this scores; picks the default assigner (one-to-many
+            ``topk = 10``, one-to-one ``topk = 7, topk2 = 1``) and tells task extras (e.g. a
+            one-to-one mask loss reads detached prototypes).
+        assigner: overrides the default assigner.
+        box_gain: CIoU gain (authors 7.5).
+        cls_gain: BCE gain (authors 0.5).
+        l1_gain: L1 gain (authors' ``dfl`` 1.5, which scales L1 in their DFL-free head).
+    """
+
+    names: tuple[str, ...] = ("box", "cls", "l1")
+
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        one_to_one: bool = False,
+        assigner: TaskAlignedAssigner | None = None,
+        box_gain: float = 7.5,
+        cls_gain: float = 0.5,
+        l1_gain: float = 1.5,
+    ) -> None:
+        self.num_classes = num_classes
+        self.one_to_one = one_to_one
+        if assigner is None:
+            assigner = (
+                TaskAlignedAssigner(num_classes, topk=7, topk2=1)
+                if one_to_one
+                else TaskAlignedAssigner(num_classes, topk=10)
+            )
+        self.assigner = assigner
+        self.box_gain = box_gain
+        self.cls_gain = cls_gain
+        self.l1_gain = l1_gain
+
+    def decode(self, branch: BranchOutput, anchor_points: Tensor, anchor_strides: Tensor) -> Tensor:
+        """Predicted xyxy pixels ``(B, A, 4)`` float32, with grad (the assigner sees them detached).
+
+        Subclasses assigning rotated boxes return ``(B, A, 5)`` here.
+        """
+        grid = distances_to_boxes(branch.boxes.float(), anchor_points.float())
+        return grid * anchor_strides.float()
+
+    def assigner_boxes(self, targets: PaddedTargets) -> Tensor:
+        """The ground truth the assigner compares predictions with: ``targets.boxes``."""
+        return targets.boxes
+
+    def assign_branch(
+        self,
+        branch: BranchOutput,
+        anchor_points: Tensor,
+        anchor_strides: Tensor,
+        targets: PaddedTargets,
+        pred_boxes: Tensor | None = None,
+    ) -> Assignment:
+        """Assign this branch's anchors (under ``no_grad``, on detached predictions).
+
+        Args:
+            branch: the branch's raw outputs.
+            anchor_points: ``(A, 2)`` grid units; anchor_strides: ``(A, 1)``.
+            targets: padded ground truth.
+            pred_boxes: the branch's decoded boxes if already computed (see :meth:`decode`).
+        """
+        if pred_boxes is None:
+            pred_boxes = self.decode(branch, anchor_points, anchor_strides)
+        return self.assigner(
+            branch.logits.detach().float().sigmoid(),
+            pred_boxes.detach(),
+            anchors_in_pixels(anchor_points, anchor_strides),
+            targets,
+            self.assigner_boxes(targets),
+        )
+
+    def branch_terms(
+        self,
+        branch: BranchOutput,
+        anchor_points: Tensor,
+        anchor_strides: Tensor,
+        targets: PaddedTargets,
+        assignment: Assignment,
+        image_size: ImageSize,
+        pred_boxes: Tensor | None = None,
+    ) -> LossTerms:
+        """The gained ``box`` (CIoU), ``cls`` (BCE) and ``l1`` terms of one branch.
+
+        Args:
+            branch: raw outputs (``boxes`` in stride units, ``logits``).
+            anchor_points: ``(A, 2)`` grid units; anchor_strides: ``(A, 1)``.
+            targets: padded ground truth (unused by the plain detection terms; kept so
+                subclasses share the signature).
+            assignment: this branch's assignment.
+            image_size: ``(H, W)`` of the input canvas (normalises the L1 term).
+            pred_boxes: unused here (CIoU is taken on stride-unit boxes, as the authors do).
+
+        Returns:
+            :class:`LossTerms` named :attr:`names`.
+        """
+        del targets, pred_boxes
+        norm = normaliser(assignment)
+        weight = assignment.weights  # (B, A)
+        strides = anchor_strides.float()
+        points = anchor_points.float()
+        # CIoU and L1 in stride units of each anchor's level, as the authors compute them.
+        target_grid = assignment.target_boxes[..., :4].float() / strides
+        pred_grid = distances_to_boxes(branch.boxes.float(), points)
+        box = ciou_loss(pred_grid, target_grid, assignment.fg, weight, norm)
+        l1 = distance_l1_loss(
+            branch.boxes, boxes_to_distances(target_grid, points), strides, image_size, weight, norm
+        )
+        bce = F.binary_cross_entropy_with_logits(
+            branch.logits.float(), assignment.target_scores, reduction="none"
+        )
+        cls = bce.sum() / norm
+        return LossTerms.from_parts(
+            [("box", self.box_gain * box), ("cls", self.cls_gain * cls), ("l1", self.l1_gain * l1)]
+        )
+
+    def extra_terms(
+        self,
+        result: BranchResult,
+        branch: BranchOutput,
+        output: ModelOutput,
+        targets: PaddedTargets,
+        image_size: ImageSize,
+    ) -> LossTerms | None:
+        """Hook for task extras (masks, angles, keypoints): gained terms or ``None`` (detect).
+
+        ``result`` carries the assignment, decoded boxes, anchors and normaliser of the box loss;
+        reuse them. :attr:`one_to_one` says which branch ``branch`` is.
+        """
+        del result, branch, output, targets, image_size
+        return None
+
+    def __call__(
+        self,
+        branch: BranchOutput,
+        output: ModelOutput,
+        targets: PaddedTargets,
+        image_size: ImageSize,
+    ) -> BranchResult:
+        """Assign, score and add task extras for one branch of ``output``."""
+        points, strides = output.anchor_points, output.anchor_strides
+        pred_boxes = self.decode(branch, points, strides)
+        assignment = self.assign_branch(branch, points, strides, targets, pred_boxes)
+        terms = self.branch_terms(
+            branch, points, strides, targets, assignment, image_size, pred_boxes
+        )
+        result = BranchResult(
+            terms=terms,
+            assignment=assignment,
+            pred_boxes=pred_boxes,
+            anchor_points=points,
+            anchor_strides=strides,
+            anchors_px=anchors_in_pixels(points, strides),
+            normaliser=normaliser(assignment),
+        )
+        extra = self.extra_terms(result, branch, output, targets, image_size)
+        if extra is not None:
+            result.terms = terms.extend(extra)
+        return result

@@ -1,0 +1,369 @@
+"""The LightningModules: `YOLOModule` over shared parts, one subclass per task.
+
+A module owns the network (`lucid_models.build_model`), the criterion (the dual loss with the
+task's extras; pose's RealNVP flow lives in it, so it trains and is checkpointed) and the ProgLoss
+weight as a 0-d buffer updated at each epoch start. A training step is::
+
+    targets = self.prepare_targets(batch)       # padded per batch, validity mask, no host sync
+    output = self.forward_network(images)       # the seam a network recorder wraps (issue 7)
+    terms = self.compute_loss(output, targets)  # the seam a loss recorder wraps (issue 7)
+
+Validation decodes both paths from one forward (`lucid_train.validation`) and logs
+``val/<path>/mAP50-95`` etc.; the monitored ``val/mAP50-95`` is the end-to-end path's box (obb:
+rotated) mAP50-95 (assumptions.md T52). The EMA weights are swapped in for validation by
+`lucid_train.optim.EMACallback`, which `lucid_train.runs.build_trainer` adds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from lucid_models import Detections, ModelOutput, build_model, topk_decode
+from lucid_train.data.records import DatasetSchema, Task
+from lucid_train.data.transport import Batch
+from lucid_train.losses import DualLoss, LossTerms, PaddedTargets, o2m_weight, pad_targets
+from lucid_train.losses.flow import RealNVP
+from lucid_train.losses.obb import OrientedLoss
+from lucid_train.losses.pose import PoseLoss
+from lucid_train.losses.segment import SegmentLoss, with_instance_masks
+from lucid_train.model_spec import model_name, parse_model
+from lucid_train.nonfinite import check_finite_loss
+from lucid_train.overlays import detections_to_numpy
+from lucid_train.recipe import OptimizerConfig, build_optimizer, build_schedule, choose_optimizer
+from lucid_train.validation import DecodeSettings, ValidationScorer, format_table
+
+__all__ = [
+    "TASK_MODULES",
+    "DetectModule",
+    "OBBModule",
+    "OverlaySample",
+    "PoseModule",
+    "SegmentModule",
+    "YOLOModule",
+    "module_class",
+]
+
+OVERLAY_IMAGES = 4  # validation images drawn with their predictions under runs/
+
+
+class OverlaySample(dict[str, Any]):
+    """One validation canvas and its end-to-end detections (numpy, canvas pixels) for overlays:
+    keys ``image`` (S, S, 3) uint8, ``boxes`` (D, 4), ``scores`` (D,), ``labels`` (D,) and, as the
+    task has them, ``masks`` (D, S, S) bool, ``rotated`` (D, 5), ``keypoints`` (D, K, 3)."""
+
+
+class YOLOModule(L.LightningModule):
+    """Shared training, validation and prediction of a YOLO26 model; subclasses fix the task.
+
+    Every argument is stored in the checkpoint's ``hyper_parameters`` (the task too), so a
+    checkpoint alone rebuilds the module (`lucid_train.checkpoint.load_module`).
+
+    Args:
+        model: the model name, ``yolo26<scale>`` with or without the task suffix.
+        num_classes: ``C``.
+        class_names: one name per class (for overlays and predictions).
+        category_ids: the dataset's id of each class (COCO evaluation).
+        num_keypoints: ``K`` (pose only).
+        keypoint_names, flip_index, skeleton: the pose schema.
+        optimizer: ``auto`` (the authors' rule: MuSGD for long runs, else AdamW), ``MuSGD``,
+            ``AdamW`` or ``SGD``.
+        lr0: initial learning rate; None takes the rule's (``auto``) or 0.01.
+        lrf: final learning rate as a fraction of ``lr0`` (linear schedule).
+        momentum, weight_decay: as the authors name them (weight decay is scaled by the
+            nominal batch, as theirs).
+        warmup_epochs, warmup_momentum, warmup_bias_lr: the warm-up.
+        nbs: nominal batch size.
+        max_det: detections per image at validation and prediction.
+        img_size: the training canvas side (prediction letterboxes to it).
+        task: the task the checkpoint was written for; must match the class.
+    """
+
+    task: ClassVar[Task] = "detect"
+    o2m_weight: Tensor
+
+    def __init__(
+        self,
+        model: str = "yolo26n",
+        *,
+        num_classes: int = 80,
+        class_names: Sequence[str] = (),
+        category_ids: Sequence[int] = (),
+        num_keypoints: int | None = None,
+        keypoint_names: Sequence[str] = (),
+        flip_index: Sequence[int] = (),
+        skeleton: Sequence[Sequence[int]] = (),
+        optimizer: str = "auto",
+        lr0: float | None = None,
+        lrf: float = 0.01,
+        momentum: float = 0.937,
+        weight_decay: float = 5e-4,
+        warmup_epochs: float = 3.0,
+        warmup_momentum: float = 0.8,
+        warmup_bias_lr: float | None = None,
+        nbs: int = 64,
+        max_det: int = 300,
+        img_size: int = 640,
+        task: Task | None = None,
+    ) -> None:
+        super().__init__()
+        spec = parse_model(model)
+        if task is not None and task != self.task:
+            raise ValueError(f"{type(self).__name__} trains {self.task}, got task={task!r}")
+        if spec.name != spec.scale and spec.task != self.task:
+            raise ValueError(
+                f"model {model!r} is a {spec.task} model; {type(self).__name__} trains {self.task}"
+            )
+        self.save_hyperparameters(ignore=["task"])
+        self.hparams["task"] = self.task
+        self.hparams["model"] = model_name(spec.scale, self.task)
+        names = tuple(class_names) or tuple(str(i) for i in range(num_classes))
+        self.hparams["class_names"] = names
+        self.hparams["category_ids"] = tuple(category_ids) or tuple(range(num_classes))
+        self.model = build_model(
+            spec.scale, task=self.task, num_classes=num_classes, num_keypoints=num_keypoints
+        )
+        self.criterion = self.build_criterion()
+        # the one-to-many weight of the dual loss; a tensor so a recorded loss reads its value
+        self.register_buffer("o2m_weight", torch.tensor(o2m_weight(0, 1)), persistent=True)
+        self.decode_settings = DecodeSettings(
+            max_det=max_det, score_threshold=0.01 if self.task == "obb" else 0.001
+        )
+        self.scorer: ValidationScorer | None = None
+        self.overlay_samples: list[OverlaySample] = []
+        self.last_metrics: dict[str, float] = {}
+
+    # -- parts -------------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> DatasetSchema:
+        """The label schema stored in the hyper-parameters."""
+        h = self.hparams
+        return DatasetSchema(
+            self.task,
+            tuple(h["class_names"]),
+            tuple(h["category_ids"]),
+            keypoint_names=tuple(h["keypoint_names"]),
+            flip_index=tuple(h["flip_index"]),
+            skeleton=tuple((int(p[0]), int(p[1])) for p in h["skeleton"]),
+        )
+
+    def build_criterion(self) -> DualLoss:
+        """The dual loss of this task (one-to-many + one-to-one, the task's extras)."""
+        return DualLoss.for_detection(self.hparams["num_classes"])
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Training batches gain their padded targets here, on the host, so laying them out
+        reads no device value. They travel as a plain dict of fields (Lightning moves every
+        tensor in it), so subclasses such as `SegmentTargets` arrive whole."""
+        if self.trainer.training and isinstance(batch, Batch):
+            targets = self.prepare_targets(batch)
+            fields = {f.name: getattr(targets, f.name) for f in dataclasses.fields(targets)}
+            return batch, {"type": type(targets), "fields": fields}
+        return batch
+
+    def prepare_targets(self, batch: Batch) -> PaddedTargets:
+        """Flat batch targets laid out at the batch's largest count per image, with a validity
+        mask (`lucid_train.losses.pad_targets`)."""
+        return pad_targets(batch)
+
+    def forward_network(self, images: Tensor) -> ModelOutput:
+        """``(B, 3, S, S)`` -> `ModelOutput`; the one place the network runs (a recorder wraps
+        this later)."""
+        out: ModelOutput = self.model(images)
+        return out
+
+    def compute_loss(
+        self, output: ModelOutput, targets: PaddedTargets, image_size: tuple[int, int]
+    ) -> LossTerms:
+        """The dual loss of one batch; the one place the loss runs (a recorder wraps this
+        later). The ProgLoss weight goes in as the 0-d buffer ``o2m_weight``."""
+        return self.criterion(output, targets, self.o2m_weight, image_size)
+
+    def forward(self, images: Tensor) -> ModelOutput:
+        return self.forward_network(images)
+
+    # -- training ----------------------------------------------------------------------------
+
+    def on_train_epoch_start(self) -> None:
+        epochs = self.trainer.max_epochs or 1
+        self.o2m_weight.fill_(o2m_weight(self.current_epoch, epochs))
+
+    def training_step(self, batch: tuple[Batch, dict[str, Any]], batch_idx: int) -> Tensor:
+        data, packed = batch
+        targets: PaddedTargets = packed["type"](**packed["fields"])
+        images = data.float_images()
+        output = self.forward_network(images)
+        terms = self.compute_loss(output, targets, (int(images.shape[-2]), int(images.shape[-1])))
+        check_finite_loss(self.global_step, terms.total, terms.items, terms.names)
+        bs = len(data)
+        for name, value in zip(terms.names, terms.items.detach().unbind(0), strict=True):
+            self.log(
+                f"train/{name}", value, prog_bar=True, on_step=True, on_epoch=True, batch_size=bs
+            )
+        self.log("train/loss", terms.total.detach(), on_step=False, on_epoch=True, batch_size=bs)
+        total: Tensor = terms.total
+        return total
+
+    def configure_optimizers(self) -> Any:
+        config = OptimizerConfig(
+            optimizer=self.hparams["optimizer"],
+            lr0=self.hparams["lr0"],
+            lrf=self.hparams["lrf"],
+            momentum=self.hparams["momentum"],
+            weight_decay=self.hparams["weight_decay"],
+            warmup_epochs=self.hparams["warmup_epochs"],
+            warmup_momentum=self.hparams["warmup_momentum"],
+            warmup_bias_lr=self.hparams["warmup_bias_lr"],
+            nbs=self.hparams["nbs"],
+        )
+        trainer = self.trainer
+        epochs = max(trainer.max_epochs or 1, 1)
+        accumulate = max(trainer.accumulate_grad_batches, 1)
+        steps_per_epoch = max(int(trainer.estimated_stepping_batches) // epochs, 1)
+        batch_size = _batch_size(trainer) * max(trainer.world_size, 1)
+        choice = choose_optimizer(
+            config,
+            num_classes=self.hparams["num_classes"],
+            num_images=steps_per_epoch * accumulate * batch_size,
+            batch_size=batch_size,
+            epochs=epochs,
+        )
+        self.print(
+            f"optimizer: {choice.name}(lr={choice.lr}, momentum={choice.momentum})"
+            f"{' chosen by optimizer=auto' if config.optimizer == 'auto' else ''}"
+        )
+        optimizer = build_optimizer(
+            self, config, choice, batch_size=batch_size, accumulate=accumulate
+        )
+        schedule = build_schedule(optimizer, config, steps_per_epoch=steps_per_epoch, epochs=epochs)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": schedule, "interval": "step", "frequency": 1},
+        }
+
+    # -- validation and test -----------------------------------------------------------------
+
+    def _start_scoring(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "coco_ground_truth"):
+            raise RuntimeError("validation needs a LucidDataModule (its COCO ground truth)")
+        gt = None if self.task == "obb" else dm.coco_ground_truth(stage)
+        self.scorer = ValidationScorer(self.task, dm.schema, gt, self.decode_settings)
+        self.overlay_samples = []
+
+    def on_validation_epoch_start(self) -> None:
+        self._start_scoring("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._start_scoring("test")
+
+    def _score_step(self, batch: Batch) -> None:
+        assert self.scorer is not None
+        output = self.forward_network(batch.float_images())
+        decoded = self.scorer.update(output, batch)
+        if len(self.overlay_samples) < OVERLAY_IMAGES:
+            self._keep_overlays(batch, output, decoded["e2e"])
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._score_step(batch)
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._score_step(batch)
+
+    def _finish_scoring(self, stage: str) -> None:
+        assert self.scorer is not None
+        metrics = self.scorer.compute()
+        self.last_metrics = metrics
+        for key, value in metrics.items():
+            self.log(f"{stage}/{key}", value, prog_bar=key == "mAP50-95", sync_dist=True)
+        if not self.trainer.sanity_checking:
+            self.print(
+                f"\nepoch {self.current_epoch} {stage} (monitored: {stage}/mAP50-95 = e2e box)\n"
+                + format_table(metrics, self.scorer.images, self.scorer.instances)
+            )
+
+    def on_validation_epoch_end(self) -> None:
+        self._finish_scoring("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._finish_scoring("test")
+
+    def _keep_overlays(self, batch: Batch, output: ModelOutput, det: Detections) -> None:
+        room = OVERLAY_IMAGES - len(self.overlay_samples)
+        for sample in detections_to_numpy(batch.images, output, det, limit=room):
+            self.overlay_samples.append(OverlaySample(sample))
+
+    # -- prediction --------------------------------------------------------------------------
+
+    def predict_step(self, batch: Batch | Tensor, batch_idx: int) -> Detections:
+        """End-to-end detections (canvas pixels) of a `Batch` or of ``(B, 3, S, S)`` images in
+        ``[0, 1]``; ``lucid predict`` (`lucid_train.predict`) adds the source-pixel mapping."""
+        images = batch if isinstance(batch, Tensor) else batch.float_images()
+        return topk_decode(self.forward_network(images), max_det=self.hparams["max_det"])
+
+
+def _batch_size(trainer: L.Trainer) -> int:
+    dm = getattr(trainer, "datamodule", None)
+    size = getattr(dm, "batch_size", None)
+    return int(size) if size else 1
+
+
+class DetectModule(YOLOModule):
+    """Object detection: boxes and classes."""
+
+    task: ClassVar[Task] = "detect"
+
+
+class SegmentModule(YOLOModule):
+    """Instance segmentation: boxes, classes and prototype masks (+ the semantic branch)."""
+
+    task: ClassVar[Task] = "segment"
+
+    def build_criterion(self) -> DualLoss:
+        c = self.hparams["num_classes"]
+        return DualLoss(SegmentLoss(c), SegmentLoss(c, one_to_one=True))
+
+    def prepare_targets(self, batch: Batch) -> PaddedTargets:
+        """Padded boxes plus the instance masks laid out like them (``(B, M, S/4, S/4)``)."""
+        return with_instance_masks(pad_targets(batch), batch.instance_masks())
+
+
+class PoseModule(YOLOModule):
+    """Pose: boxes, classes and keypoints. The module owns the RealNVP flow of the RLE term
+    (``self.flow``), so the optimizer trains it and checkpoints hold it."""
+
+    task: ClassVar[Task] = "pose"
+
+    def build_criterion(self) -> DualLoss:
+        self.flow = RealNVP()
+        c = self.hparams["num_classes"]
+        return DualLoss(PoseLoss(c, self.flow), PoseLoss(c, self.flow, one_to_one=True))
+
+
+class OBBModule(YOLOModule):
+    """Oriented boxes: ``(cx, cy, w, h, angle)``."""
+
+    task: ClassVar[Task] = "obb"
+
+    def build_criterion(self) -> DualLoss:
+        c = self.hparams["num_classes"]
+        return DualLoss(OrientedLoss(c), OrientedLoss(c, one_to_one=True))
+
+
+TASK_MODULES: dict[Task, type[YOLOModule]] = {
+    "detect": DetectModule,
+    "segment": SegmentModule,
+    "pose": PoseModule,
+    "obb": OBBModule,
+}
+
+
+def module_class(task: Task) -> type[YOLOModule]:
+    """The LightningModule class of a task."""
+    return TASK_MODULES[task]

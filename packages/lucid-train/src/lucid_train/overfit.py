@@ -1,0 +1,173 @@
+"""Micro overfit runs: the training goldens.
+
+A handful of built-in synthetic images, augmentation off, trained and scored on the same images:
+a healthy loss, assigner and optimizer drive the end-to-end mAP50-95 far above chance within a
+minute on a CPU. The golden JSON (``goldens/train/overfit_<task>.json``, or ``goldens/gpu/`` for
+the 100-image GPU runs) holds the spec, the command that wrote it, the measured value and the
+floor a run must reach::
+
+    python -m lucid_train.overfit --task detect --write goldens/train/overfit_detect.json
+    python -m lucid_train.overfit --task detect --preset gpu --write goldens/gpu/overfit_detect.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from lucid_train.data.records import Task
+
+__all__ = ["PRESETS", "OverfitSpec", "main", "run_overfit"]
+
+
+@dataclass(frozen=True)
+class OverfitSpec:
+    """One micro overfit.
+
+    Attributes:
+        task: the task.
+        model: the model name (scale and task suffix).
+        images: synthetic training images (also the ones scored).
+        img_size: canvas side.
+        batch_size: images per step.
+        epochs: epochs (one pass over the images each).
+        optimizer, lr0, warmup_epochs: the recipe (``auto`` is the authors' rule).
+        precision: Lightning precision.
+        accelerator: ``cpu`` for the CI goldens, ``gpu`` for the GPU ones.
+        seed: everything's seed.
+    """
+
+    task: Task
+    model: str
+    images: int = 4
+    img_size: int = 128
+    batch_size: int = 2
+    epochs: int = 60
+    optimizer: str = "AdamW"
+    lr0: float | None = 0.004
+    warmup_epochs: float = 2.0
+    precision: str = "32-true"
+    accelerator: str = "cpu"
+    seed: int = 0
+
+
+def _model(task: Task) -> str:
+    from lucid_train.model_spec import model_name
+
+    return model_name("yolo26n", task)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "cpu": {},
+    # 100 images at 320 px for 100 epochs on one GPU (goldens/gpu/, the GPU nox session).
+    "gpu": {
+        "images": 100,
+        "img_size": 320,
+        "batch_size": 16,
+        "epochs": 100,
+        "optimizer": "auto",
+        "lr0": None,
+        "warmup_epochs": 3.0,
+        "precision": "16-mixed",
+        "accelerator": "gpu",
+    },
+}
+
+
+def spec_for(task: Task, preset: str = "cpu") -> OverfitSpec:
+    """The preset spec of a task."""
+    return OverfitSpec(task=task, model=_model(task), **PRESETS[preset])
+
+
+def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
+    """Train ``spec`` under ``workdir`` and return the final validation metrics (both decode
+    paths, keys as logged without the ``val/`` prefix) plus ``seconds``."""
+    import lightning as L
+
+    from lucid_train.data import AugmentConfig, LucidDataModule, SyntheticSpec
+    from lucid_train.module import module_class
+    from lucid_train.runs import build_trainer
+
+    L.seed_everything(spec.seed, workers=True)
+    still = AugmentConfig(
+        hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, translate=0.0, scale=0.0, fliplr=0.0, mosaic=0.0,
+        close_mosaic=0,
+    )  # fmt: skip
+    dm = LucidDataModule(
+        spec.task,
+        img_size=spec.img_size,
+        batch_size=spec.batch_size,
+        num_workers=0,
+        augment=still,
+        seed=spec.seed,
+        val_split="train",  # an overfit is scored on the images it trained on
+        cache_dir=workdir / "data",
+        synthetic=SyntheticSpec(num_train=spec.images, num_val=2, min_side=128, max_side=192),
+    )
+    dm.setup("fit")
+    s = dm.schema
+    module = module_class(spec.task)(
+        spec.model,
+        num_classes=s.num_classes,
+        class_names=s.class_names,
+        category_ids=s.category_ids,
+        num_keypoints=s.num_keypoints if spec.task == "pose" else None,
+        keypoint_names=s.keypoint_names,
+        flip_index=s.flip_index,
+        skeleton=s.skeleton,
+        optimizer=spec.optimizer,
+        lr0=spec.lr0,
+        warmup_epochs=spec.warmup_epochs,
+        img_size=spec.img_size,
+    )
+    trainer = build_trainer(
+        None,
+        max_epochs=spec.epochs,
+        precision=spec.precision,
+        accelerator=spec.accelerator,
+        devices=1,
+        deterministic=spec.accelerator == "cpu",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        check_val_every_n_epoch=spec.epochs,  # score once, at the end
+    )
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=dm)
+    metrics = dict(module.last_metrics)
+    metrics["seconds"] = round(time.perf_counter() - start, 1)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lucid_train.overfit", description=__doc__)
+    parser.add_argument("--task", required=True, choices=("detect", "segment", "pose", "obb"))
+    parser.add_argument("--preset", default="cpu", choices=tuple(PRESETS))
+    parser.add_argument("--workdir", default="/tmp/lucid-overfit")
+    parser.add_argument("--write", default=None, help="write the golden JSON here")
+    parser.add_argument("--margin", type=float, default=0.75, help="floor = margin * value")
+    args = parser.parse_args(argv)
+    spec = spec_for(args.task, args.preset)
+    metrics = run_overfit(spec, Path(args.workdir) / args.task)
+    value = metrics["mAP50-95"]
+    doc = {
+        "command": f"python -m lucid_train.overfit --task {args.task} --preset {args.preset} "
+        f"--write {args.write}",
+        "spec": asdict(spec),
+        "metric": "mAP50-95 (end-to-end top-k decode; box, or rotated for obb)",
+        "value": round(value, 4),
+        "floor": round(value * args.margin, 4),
+        "metrics": {k: round(v, 4) for k, v in sorted(metrics.items())},
+    }
+    print(json.dumps(doc, indent=2))
+    if args.write:
+        Path(args.write).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.write).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

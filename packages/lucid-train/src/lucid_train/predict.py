@@ -1,0 +1,142 @@
+"""``lucid predict``: run a trained module on images and write JSON and overlays.
+
+Each image is letterboxed to the module's training size, decoded end to end (top-k of the
+one-to-one branch, no NMS), and mapped back to source pixels. Output in ``out_dir``:
+``predictions.json`` (one entry per image) and ``<stem>.jpg`` overlays drawn on the source image.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pycocotools.mask as mask_utils
+import torch
+
+from lucid_models import topk_decode
+from lucid_train.data.augment.letterbox import LetterboxParams
+from lucid_train.data.augment.warp import warp_image
+from lucid_train.data.image_io import IMAGE_SUFFIXES, open_rgb
+from lucid_train.overlays import draw_overlay
+from lucid_train.validation import masks_to_source
+
+__all__ = ["iter_images", "predict_images"]
+
+
+def iter_images(source: str | Path) -> Iterator[Path]:
+    """The image ``source``, or the images of the folder ``source`` (sorted, recursive).
+
+    Raises:
+        FileNotFoundError: nothing there, or a folder without images (names the path).
+    """
+    p = Path(source)
+    if p.is_file():
+        yield p
+        return
+    if not p.is_dir():
+        raise FileNotFoundError(f"--source {p}: no such file or folder")
+    found = sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
+    if not found:
+        raise FileNotFoundError(
+            f"--source {p}: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in this folder"
+        )
+    yield from found
+
+
+@torch.no_grad()
+def predict_images(
+    module: Any,
+    source: str | Path,
+    out_dir: str | Path,
+    *,
+    img_size: int | None = None,
+    conf: float = 0.25,
+    device: str | torch.device = "cpu",
+) -> Path:
+    """Predict every image of ``source`` with ``module`` (a `YOLOModule`).
+
+    Args:
+        module: the trained module (e.g. from `lucid_train.checkpoint.load_module`).
+        source: an image or a folder.
+        out_dir: where ``predictions.json`` and the overlays go (created).
+        img_size: canvas side; None uses the module's training size.
+        conf: detections scoring at or below it are left out.
+        device: where the network runs.
+
+    Returns:
+        The path of ``predictions.json``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    size = int(img_size or module.hparams.get("img_size", 640))
+    module = module.to(device).eval()
+    hp = module.hparams
+    names = list(hp["class_names"])
+    results: list[dict[str, Any]] = []
+    for path in iter_images(source):
+        image = open_rgb(path)
+        lb = LetterboxParams.fit(image.height, image.width, size)
+        canvas = np.array(warp_image(image, lb.matrix, (size, size)), np.uint8)  # writable
+        x = torch.from_numpy(canvas).to(device).permute(2, 0, 1)[None].float().div_(255)
+        output = module.forward_network(x)
+        det = topk_decode(output, max_det=int(hp.get("max_det", 300)), score_threshold=conf)
+        keep = (det.labels[0] >= 0).cpu().numpy()
+        boxes = lb.boxes_to_source(det.boxes[0].cpu().numpy()[keep])
+        boxes[:, 0::2] = boxes[:, 0::2].clip(0, image.width)
+        boxes[:, 1::2] = boxes[:, 1::2].clip(0, image.height)
+        scores = det.scores[0].cpu().numpy()[keep]
+        labels = det.labels[0].cpu().numpy()[keep]
+        record: dict[str, Any] = {
+            "image": np.asarray(image, np.uint8),
+            "boxes": boxes,
+            "scores": scores,
+            "labels": labels,
+        }
+        if det.rotated is not None:
+            record["rotated"] = lb.rboxes_to_source(det.rotated[0].cpu().numpy()[keep])
+        if det.keypoints is not None:
+            k = det.keypoints[0].cpu().numpy()[keep].astype(np.float64)
+            k[..., :2] = lb.to_source(k[..., :2])
+            record["keypoints"] = k
+        if det.mask_coefficients is not None and output.prototypes is not None:
+            n = int(keep.sum())
+            record["masks"] = masks_to_source(
+                det.mask_coefficients[0, :n].float(),
+                output.prototypes[0].float(),
+                boxes,
+                (lb.gain, lb.pad_x, lb.pad_y),
+                size,
+                (image.height, image.width),
+            )
+        draw_overlay(record, names, hp.get("skeleton", ())).save(out / f"{path.stem}.jpg")
+        results.append(_json_entry(path, image.size, record, names))
+    target = out / "predictions.json"
+    target.write_text(json.dumps(results, indent=1))
+    return target
+
+
+def _json_entry(
+    path: Path, size: tuple[int, int], rec: dict[str, Any], names: list[str]
+) -> dict[str, Any]:
+    dets: list[dict[str, Any]] = []
+    for i, (box, score, label) in enumerate(
+        zip(rec["boxes"], rec["scores"], rec["labels"], strict=True)
+    ):
+        d: dict[str, Any] = {
+            "label": int(label),
+            "name": names[int(label)] if 0 <= int(label) < len(names) else str(int(label)),
+            "score": round(float(score), 5),
+            "box": [round(float(v), 2) for v in box],
+        }
+        if "rotated" in rec:
+            d["rotated"] = [round(float(v), 4) for v in rec["rotated"][i]]
+        if "keypoints" in rec:
+            d["keypoints"] = np.round(rec["keypoints"][i], 3).tolist()
+        if "masks" in rec:
+            rle = mask_utils.encode(np.asfortranarray(rec["masks"][i].astype(np.uint8)))
+            d["mask_rle"] = {"size": rle["size"], "counts": rle["counts"].decode("ascii")}
+        dets.append(d)
+    return {"file": str(path), "width": size[0], "height": size[1], "detections": dets}

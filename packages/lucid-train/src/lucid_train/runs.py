@@ -1,0 +1,166 @@
+"""A training run on disk and the Trainer that writes it.
+
+Layout of ``runs/<task>/<name>/``::
+
+    checkpoints/last.ckpt, checkpoints/best.ckpt   # best by val/mAP50-95 (e2e box)
+    metrics.csv, hparams.yaml                      # Lightning CSVLogger
+    losses.png, metrics.png                        # curves, redrawn every epoch
+    overlays/val_<i>.jpg                           # e2e predictions on a few validation images
+    tensorboard/                                   # when tensorboard is installed
+
+`build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, the EMA swap,
+gradient clipping at 10 (the authors' max norm), ``use_distributed_sampler=False`` (the data
+module's `EpochSampler` shards itself).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger
+
+from lucid_train.data.records import Task
+
+__all__ = ["MONITOR", "RunArtifacts", "build_trainer", "new_run_dir", "run_dir_of_checkpoint"]
+
+MONITOR = "val/mAP50-95"
+GRADIENT_CLIP = 10.0
+
+
+def new_run_dir(root: str | Path, task: Task, name: str, *, exist_ok: bool = False) -> Path:
+    """``root/<task>/<name>``, or ``<name>2``, ``<name>3``, ... when it exists (unless
+    ``exist_ok``). The folder is created."""
+    base = Path(root) / task
+    path, n = base / name, 1
+    while path.exists() and not exist_ok:
+        n += 1
+        path = base / f"{name}{n}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_dir_of_checkpoint(ckpt: str | Path) -> Path:
+    """The run folder a checkpoint belongs to (``.../<name>/checkpoints/x.ckpt`` -> ``<name>``);
+    resuming writes there."""
+    p = Path(ckpt).resolve()
+    return p.parent.parent if p.parent.name == "checkpoints" else p.parent
+
+
+class RunArtifacts(Callback):
+    """Writes the run's curves (PNG) and prediction overlays each epoch, on rank 0.
+
+    The module exposes ``overlay_samples`` (records of `lucid_train.overlays.detections_to_numpy`)
+    and ``hparams["class_names"]`` / ``hparams["skeleton"]``.
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        from lucid_train.overlays import draw_overlay
+
+        out = self.run_dir / "overlays"
+        out.mkdir(parents=True, exist_ok=True)
+        names = list(pl_module.hparams.get("class_names", ()))
+        skeleton = list(pl_module.hparams.get("skeleton", ()))
+        for i, rec in enumerate(getattr(pl_module, "overlay_samples", [])):
+            draw_overlay(rec, names, skeleton).save(out / f"val_{i}.jpg", quality=90)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._plots(trainer)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._plots(trainer)
+
+    def _plots(self, trainer: L.Trainer) -> None:
+        if not trainer.is_global_zero:
+            return
+        from lucid_train.plots import write_run_plots
+
+        for logger in trainer.loggers:
+            if isinstance(logger, CSVLogger):
+                logger.save()
+                write_run_plots(Path(logger.log_dir) / "metrics.csv", self.run_dir)
+
+
+def build_loggers(run_dir: Path) -> list[Logger]:
+    """CSV always; TensorBoard when the ``tensorboard`` package is importable."""
+    loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+    if importlib.util.find_spec("tensorboard") is not None:
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
+    return loggers
+
+
+def build_trainer(
+    run_dir: Path | None,
+    *,
+    callbacks: Sequence[Callback] = (),
+    ema: bool = True,
+    **trainer_kwargs: Any,
+) -> L.Trainer:
+    """A Trainer writing ``run_dir`` (None: no checkpoints, no logs; for validate/test/predict
+    without a run).
+
+    Args:
+        run_dir: the run folder.
+        callbacks: extra callbacks (appended).
+        ema: swap the EMA weights in for validation and checkpoints (`lucid_train.optim`).
+        trainer_kwargs: any `lightning.Trainer` argument (``max_epochs``, ``precision``,
+            ``accumulate_grad_batches``, ``accelerator``, ...); gradient clipping defaults to 10.
+    """
+    cbs: list[Callback] = []
+    if ema:
+        cbs.extend(_ema_callbacks())
+    if run_dir is not None:
+        # Two callbacks: Lightning writes ``save_last`` only when a new best is saved, and a
+        # resumable run needs last.ckpt every epoch.
+        cbs.append(
+            ModelCheckpoint(
+                dirpath=run_dir / "checkpoints",
+                filename="best",
+                monitor=MONITOR,
+                mode="max",
+                save_top_k=1,
+                auto_insert_metric_name=False,
+                enable_version_counter=False,
+            )
+        )
+        cbs.append(
+            ModelCheckpoint(
+                dirpath=run_dir / "checkpoints",
+                filename="last",
+                save_top_k=1,
+                enable_version_counter=False,
+            )
+        )
+        cbs.append(RunArtifacts(run_dir))
+    cbs.extend(callbacks)
+    kwargs: dict[str, Any] = {
+        "gradient_clip_val": GRADIENT_CLIP,
+        "use_distributed_sampler": False,
+        "num_sanity_val_steps": 0,
+        "log_every_n_steps": 1,
+    }
+    kwargs.update(trainer_kwargs)
+    if run_dir is None:
+        kwargs.setdefault("logger", False)
+        kwargs.setdefault("enable_checkpointing", False)
+    else:
+        kwargs.setdefault("logger", build_loggers(run_dir))
+        kwargs.setdefault("default_root_dir", str(run_dir))
+    return L.Trainer(callbacks=cbs, **kwargs)
+
+
+def _ema_callbacks() -> list[Callback]:
+    from lucid_train.optim import EMACallback
+
+    return [EMACallback()]

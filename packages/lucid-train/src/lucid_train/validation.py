@@ -1,0 +1,246 @@
+"""Scoring one forward on both decode paths: end-to-end top-k (one-to-one) and NMS (one-to-many).
+
+`ValidationScorer` holds the evaluators of one validation epoch. For each batch it decodes both
+paths from the same `ModelOutput`, maps what it found from the letterboxed canvas back to source
+pixels with the batch's letterbox, and hands it to `MultiDecodeEvaluator` (COCO bbox, segm,
+keypoints) or, for obb, to one `RotatedEvaluator` per path (rotated IoU is unchanged by the
+letterbox's uniform scale and shift, so those are scored on the canvas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from lucid_kernels import host_split
+from lucid_models import Detections, ModelOutput, assemble_masks, nms_decode, topk_decode
+from lucid_train.data.records import DatasetSchema, Task
+from lucid_train.data.transport import Batch
+from lucid_train.evaluation import MultiDecodeEvaluator, RotatedEvaluator
+from lucid_train.evaluation.coco_eval import IouType
+
+__all__ = [
+    "DECODE_PATHS",
+    "DecodeSettings",
+    "ValidationScorer",
+    "decode_paths",
+    "format_table",
+    "masks_to_source",
+]
+
+DECODE_PATHS = ("e2e", "nms")
+IOU_TYPES: dict[Task, tuple[IouType, ...]] = {
+    "detect": ("bbox",),
+    "segment": ("bbox", "segm"),
+    "pose": ("bbox", "keypoints"),
+    "obb": (),
+}
+# Metric name prefix per COCO iou type, as the authors' table labels them (Box, Mask, Pose).
+PREFIX: dict[str, str] = {"bbox": "", "segm": "mask_", "keypoints": "pose_"}
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """Validation decode settings (the authors': 300 detections, conf 0.001 (obb 0.01), IoU 0.7).
+
+    Attributes:
+        max_det: detections per image on both paths.
+        score_threshold: the NMS path's score floor (the e2e path keeps its top-k).
+        iou_threshold: the NMS IoU.
+        max_masks: segment: masks are built for the best ``max_masks`` rows only (COCO reads
+            100 per image).
+    """
+
+    max_det: int = 300
+    score_threshold: float = 0.001
+    iou_threshold: float = 0.7
+    max_masks: int = 100
+
+
+def decode_paths(output: ModelOutput, settings: DecodeSettings) -> dict[str, Detections]:
+    """Both decodes of one forward: ``{"e2e": top-k of one2one, "nms": NMS of one2many}``."""
+    return {
+        "e2e": topk_decode(output, max_det=settings.max_det),
+        "nms": nms_decode(
+            output,
+            max_det=settings.max_det,
+            score_threshold=settings.score_threshold,
+            iou_threshold=settings.iou_threshold,
+        ),
+    }
+
+
+def masks_to_source(
+    coefficients: Tensor,
+    prototypes: Tensor,
+    boxes_src: np.ndarray,
+    letterbox: tuple[float, float, float],
+    canvas: int,
+    orig_hw: tuple[int, int],
+) -> np.ndarray:
+    """``(D, M)`` coefficients and ``(M, h, w)`` prototypes of one image -> ``(D, H0, W0)`` bool
+    masks at the source size: assemble, upsample to the canvas, crop the letterbox padding, resize
+    to the source, sigmoid > 0.5, keep inside the source box."""
+    h0, w0 = orig_hw
+    if coefficients.shape[0] == 0:
+        return np.zeros((0, h0, w0), bool)
+    gain, px, py = letterbox
+    logits = assemble_masks(coefficients[None], prototypes[None])  # (1, D, h, w)
+    logits = F.interpolate(logits, size=(canvas, canvas), mode="bilinear", align_corners=False)
+    y0, x0 = int(py), int(px)
+    hh, ww = max(round(h0 * gain), 1), max(round(w0 * gain), 1)
+    logits = logits[:, :, y0 : y0 + hh, x0 : x0 + ww]
+    logits = F.interpolate(logits, size=(h0, w0), mode="bilinear", align_corners=False)[0]
+    masks = (logits.sigmoid() > 0.5).cpu().numpy()  # (D, H0, W0)
+    ys = np.arange(h0)[None, :, None] + 0.5
+    xs = np.arange(w0)[None, None, :] + 0.5
+    b = boxes_src[:, :, None, None]
+    inside = (xs >= b[:, 0]) & (xs < b[:, 2]) & (ys >= b[:, 1]) & (ys < b[:, 3])
+    out: np.ndarray = masks & inside
+    return out
+
+
+class ValidationScorer:
+    """The evaluators of one validation (or test) epoch for one task.
+
+    Args:
+        task: the task; it decides the metrics (bbox; + segm; + keypoints; rotated for obb).
+        schema: the dataset's labels (category ids for COCO).
+        ground_truth: the split's COCO document (unused for obb).
+        settings: decode settings.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        schema: DatasetSchema,
+        ground_truth: dict[str, Any] | None,
+        settings: DecodeSettings | None = None,
+    ) -> None:
+        self.task = task
+        self.schema = schema
+        self.settings = settings or DecodeSettings(score_threshold=0.01 if task == "obb" else 0.001)
+        self.coco: MultiDecodeEvaluator | None = None
+        self.rotated: dict[str, RotatedEvaluator] = {}
+        if task == "obb":
+            self.rotated = {p: RotatedEvaluator(schema.num_classes) for p in DECODE_PATHS}
+        else:
+            if ground_truth is None:
+                raise ValueError(f"{task} validation needs the split's COCO ground truth")
+            self.coco = MultiDecodeEvaluator(
+                DECODE_PATHS, ground_truth, schema.category_ids, IOU_TYPES[task]
+            )
+        self.images = 0
+        self.instances = 0
+
+    def update(self, output: ModelOutput, batch: Batch) -> dict[str, Detections]:
+        """Decode both paths of ``output`` and add them (and, for obb, the ground truth) to the
+        evaluators. Returns the decodes (canvas pixels) for overlays."""
+        decoded = decode_paths(output, self.settings)
+        counts = batch.counts()
+        self.images += len(batch)
+        self.instances += int(batch.batch_idx.numel())
+        letterbox = batch.letterbox.cpu().tolist()
+        orig_hw = batch.orig_hw.cpu().tolist()
+        image_ids = batch.image_ids.cpu().tolist()
+        gt_rboxes: list[Tensor] = []
+        if self.task == "obb":
+            split = [int(c) for c in counts.cpu().tolist()]
+            # one transfer per field, images without instances keep their (0, ...) shapes
+            gt_rboxes = host_split(list(torch.split(batch.rboxes, split)))
+            gt_labels = host_split(list(torch.split(batch.labels, split)))
+            gt_difficult = host_split(list(torch.split(batch.difficult, split)))
+        for path, det in decoded.items():
+            boxes = det.boxes.cpu().numpy()
+            scores = det.scores.cpu().numpy()
+            labels = det.labels.cpu().numpy()
+            rotated = None if det.rotated is None else det.rotated.cpu().numpy()
+            keypoints = None if det.keypoints is None else det.keypoints.cpu().numpy()
+            for i in range(len(batch)):
+                keep = labels[i] >= 0
+                if self.task == "obb":
+                    assert rotated is not None
+                    self.rotated[path].add(
+                        rotated[i][keep],
+                        scores[i][keep],
+                        labels[i][keep],
+                        gt_rboxes[i].numpy(),
+                        gt_labels[i].numpy(),
+                        gt_difficult[i].numpy(),
+                    )
+                    continue
+                assert self.coco is not None
+                gain, px, py = letterbox[i]
+                b = (boxes[i][keep].reshape(-1, 2, 2) - np.array([px, py])) / gain
+                b = b.reshape(-1, 4)
+                h0, w0 = orig_hw[i]
+                b[:, 0::2] = b[:, 0::2].clip(0, w0)
+                b[:, 1::2] = b[:, 1::2].clip(0, h0)
+                s, lab = scores[i][keep], labels[i][keep]
+                kwargs: dict[str, Any] = {}
+                if keypoints is not None:
+                    k = keypoints[i][keep].copy()
+                    k[..., :2] = (k[..., :2] - np.array([px, py])) / gain
+                    kwargs["keypoints"] = k
+                if det.mask_coefficients is not None and output.prototypes is not None:
+                    n = min(int(keep.sum()), self.settings.max_masks)
+                    b, s, lab = b[:n], s[:n], lab[:n]
+                    kwargs = {k: v[:n] for k, v in kwargs.items()}
+                    kwargs["masks"] = masks_to_source(
+                        det.mask_coefficients[i, :n].float(),
+                        output.prototypes[i].float(),
+                        b,
+                        (gain, px, py),
+                        int(batch.images.shape[1]),
+                        (h0, w0),
+                    )
+                self.coco[path].add(image_ids[i], b, s, lab, **kwargs)
+        return decoded
+
+    def compute(self) -> dict[str, float]:
+        """Flat metrics: ``{path}/mAP50-95``, ``{path}/mAP50`` (+ ``mask_``/``pose_`` ones) and
+        ``mAP50-95`` (the end-to-end path's box metric, the one monitored)."""
+        out: dict[str, float] = {}
+        if self.task == "obb":
+            for path, ev in self.rotated.items():
+                r = ev.compute()
+                out[f"{path}/mAP50-95"] = float(r["mAP50_95"])
+                out[f"{path}/mAP50"] = float(r["mAP50"])
+        else:
+            assert self.coco is not None
+            for path, per_type in self.coco.compute().items():
+                for iou_type, stats in per_type.items():
+                    pre = PREFIX[iou_type]
+                    out[f"{path}/{pre}mAP50-95"] = float(stats["mAP"])
+                    out[f"{path}/{pre}mAP50"] = float(stats["mAP50"])
+        out["mAP50-95"] = out["e2e/mAP50-95"]
+        return out
+
+
+def format_table(metrics: dict[str, float], images: int, instances: int) -> str:
+    """A compact console table, one row per decode path::
+
+    Path  Images  Instances  Box(mAP50  mAP50-95)  Mask(...)
+    """
+    kinds = [("", "Box")]
+    if any(k.startswith("e2e/mask_") for k in metrics):
+        kinds.append(("mask_", "Mask"))
+    if any(k.startswith("e2e/pose_") for k in metrics):
+        kinds.append(("pose_", "Pose"))
+    head = f"{'Path':>6} {'Images':>7} {'Instances':>10}" + "".join(
+        f" {label + '(mAP50':>11} {'mAP50-95)':>10}" for _, label in kinds
+    )
+    rows = [head]
+    for path in DECODE_PATHS:
+        row = f"{path:>6} {images:>7} {instances:>10}"
+        for pre, _ in kinds:
+            row += (
+                f" {metrics[f'{path}/{pre}mAP50']:>11.4f} {metrics[f'{path}/{pre}mAP50-95']:>10.4f}"
+            )
+        rows.append(row)
+    return "\n".join(rows)

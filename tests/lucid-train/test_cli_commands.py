@@ -1,0 +1,130 @@
+"""The ``lucid`` command end to end on a tiny set: fit writes the run, validate/predict/export
+read its checkpoint, and a checkpoint of another task is refused with a clear message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lucid_train.cli import main
+from lucid_train.model_spec import parse_model
+
+TINY = ["--data.img_size", "64", "--data.batch_size", "4", "--data.num_workers", "0"]
+
+
+@pytest.fixture(scope="module")
+def detect_run(
+    small_synthetic: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    runs = tmp_path_factory.mktemp("runs")
+    code = main(
+        ["fit", "--data.root", str(small_synthetic("detect")), *TINY,
+         "--trainer.max_epochs", "2", "--run.root", str(runs), "--run.name", "tiny"]
+    )  # fmt: skip
+    assert code == 0
+    return runs / "detect" / "tiny"
+
+
+def test_model_names_pick_the_task_by_suffix() -> None:
+    assert parse_model("yolo26n").task == "detect"
+    assert parse_model("yolo26s-seg").task == "segment"
+    assert parse_model("yolo26m-pose").task == "pose"
+    assert parse_model("yolo26x-obb").scale == "yolo26x"
+    with pytest.raises(ValueError, match="yolo26n-seg"):
+        parse_model("yolo27n")
+
+
+def test_fit_writes_checkpoints_csv_curves_and_overlays(detect_run: Path) -> None:
+    assert (detect_run / "checkpoints" / "last.ckpt").is_file()
+    assert (detect_run / "checkpoints" / "best.ckpt").is_file()
+    header = (detect_run / "metrics.csv").read_text().splitlines()[0]
+    for column in ("val/e2e/mAP50-95", "val/nms/mAP50-95", "val/mAP50-95", "train/o2o_box_epoch"):
+        assert column in header
+    for png in ("losses.png", "metrics.png"):
+        assert (detect_run / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(list((detect_run / "overlays").glob("val_*.jpg"))) >= 1
+
+
+def test_predict_writes_json_and_overlays_for_a_folder(
+    detect_run: Path, small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    images = sorted(
+        p for p in small_synthetic("detect").rglob("*") if p.suffix in (".jpg", ".png")
+    )[:2]
+    src = tmp_path / "src"
+    src.mkdir()
+    for p in images:
+        (src / p.name).write_bytes(p.read_bytes())
+    out = tmp_path / "pred"
+    code = main(["predict", "--ckpt", str(detect_run / "checkpoints" / "best.ckpt"),
+                 "--source", str(src), "--out", str(out), "--conf", "0.0"])  # fmt: skip
+    assert code == 0
+    doc = json.loads((out / "predictions.json").read_text())
+    assert [Path(e["file"]).name for e in doc] == [p.name for p in images]
+    assert all(set(d) >= {"label", "name", "score", "box"} for e in doc for d in e["detections"])
+    assert len(list(out.glob("*.jpg"))) == 2
+
+
+def test_a_checkpoint_of_another_task_is_refused_naming_file_task_and_fix(
+    detect_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = detect_run / "checkpoints" / "last.ckpt"
+    code = main(["predict", "--ckpt", str(ckpt), "--model", "yolo26n-seg",
+                 "--source", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2
+    assert str(ckpt) in err and "trained for detect" in err and "drop --model" in err
+
+
+def test_validate_scores_both_decode_paths(
+    detect_run: Path, small_synthetic: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["validate", "--ckpt", str(detect_run / "checkpoints" / "best.ckpt"),
+                 "--data.root", str(small_synthetic("detect")), "--data.num_workers", "0",
+                 "--data.batch_size", "4"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "e2e" in out and "nms" in out
+
+
+def test_export_writes_onnx_of_the_deploy_view(detect_run: Path, tmp_path: Path) -> None:
+    onnx = pytest.importorskip("onnx")
+    out = tmp_path / "model.onnx"
+    code = main(["export", "--ckpt", str(detect_run / "checkpoints" / "best.ckpt"),
+                 "--out", str(out), "--max_det", "20"])  # fmt: skip
+    assert code == 0
+    graph = onnx.load(str(out)).graph
+    assert [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim] == [1, 3, 64, 64]
+
+
+def test_console_script_module_answers_help() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "lucid_train", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for verb in ("fit", "validate", "test", "predict", "export"):
+        assert verb in out
+
+
+@pytest.mark.parametrize("task", ["segment", "obb"])
+def test_fit_reads_a_yolo_txt_folder_probed_or_named(
+    task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    from lucid_train.data import read_split, write_yolo
+
+    coco = small_synthetic(task)
+    splits = {s: read_split(coco, s, task=task) for s in ("train", "val")}  # type: ignore[arg-type]
+    yaml = write_yolo(splits, tmp_path / "yolo")
+    model = parse_model(f"yolo26n-{'seg' if task == 'segment' else task}").name
+    for fmt in ("auto", "yolo"):
+        code = main(
+            ["fit", "--model", model, "--data.root", str(yaml.parent), "--data.format", fmt,
+             *TINY, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+             "--run.root", str(tmp_path / "runs"), "--run.name", fmt]
+        )  # fmt: skip
+        assert code == 0
+        assert (tmp_path / "runs" / task / fmt / "checkpoints" / "last.ckpt").is_file()

@@ -1,0 +1,167 @@
+"""The per-task LightningModules: real loss terms logged, both decode paths scored, the ProgLoss
+weight per epoch, the pose flow trained and checkpointed, empty images scored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+from lucid_train.checkpoint import CheckpointTaskError, load_module, read_checkpoint_info
+from lucid_train.data import LucidDataModule
+from lucid_train.data.transport import Batch
+from lucid_train.losses import o2m_weight
+from lucid_train.module import YOLOModule, module_class
+from lucid_train.runs import build_trainer
+from lucid_train.validation import ValidationScorer
+
+TERMS = {
+    "detect": ("box", "cls", "l1"),
+    "segment": ("box", "cls", "l1", "seg", "sem"),
+    "pose": ("box", "cls", "l1", "pose", "kobj", "rle"),
+    "obb": ("box", "cls", "l1", "angle"),
+}
+EXTRA_METRIC = {"segment": "mask_mAP50-95", "pose": "pose_mAP50-95"}
+
+
+def _datamodule(root: Path, task: str) -> LucidDataModule:
+    dm = LucidDataModule(task, root, img_size=64, batch_size=4, num_workers=0)  # type: ignore[arg-type]
+    dm.setup("fit")
+    return dm
+
+
+def _module(dm: LucidDataModule) -> YOLOModule:
+    s = dm.schema
+    return module_class(s.task)(
+        num_classes=s.num_classes,
+        class_names=s.class_names,
+        category_ids=s.category_ids,
+        num_keypoints=s.num_keypoints or None,
+        keypoint_names=s.keypoint_names,
+        flip_index=s.flip_index,
+        skeleton=s.skeleton,
+        img_size=64,
+    )
+
+
+class _RecordWeight(L.Callback):
+    def __init__(self) -> None:
+        self.values: list[float] = []
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
+        self.values.append(float(pl_module.o2m_weight))
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_each_task_trains_with_its_loss_terms_and_scores_both_paths(
+    task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    L.seed_everything(0)
+    dm = _datamodule(small_synthetic(task), task)
+    module = _module(dm)
+    weights = _RecordWeight()
+    trainer = build_trainer(
+        tmp_path, callbacks=[weights], max_epochs=2, limit_train_batches=1, limit_val_batches=1,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    logged = trainer.callback_metrics
+    for term in TERMS[task]:
+        assert torch.isfinite(logged[f"train/o2o_{term}_epoch"])
+    for path in ("e2e", "nms"):
+        assert f"val/{path}/mAP50-95" in logged
+        if task in EXTRA_METRIC:
+            assert f"val/{path}/{EXTRA_METRIC[task]}" in logged
+    assert logged["val/mAP50-95"] == logged["val/e2e/mAP50-95"]
+    assert weights.values == pytest.approx([o2m_weight(0, 2), o2m_weight(1, 2)])
+
+    assert list((tmp_path / "overlays").glob("val_*.jpg"))  # drawn as the task needs
+
+    info = read_checkpoint_info(tmp_path / "checkpoints" / "last.ckpt")
+    assert info.task == task
+    assert info.hyper_parameters["class_names"] == dm.schema.class_names
+    assert info.hyper_parameters["num_classes"] == dm.schema.num_classes
+
+
+def test_bf16_mixed_precision_with_accumulation_trains(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    L.seed_everything(0)
+    dm = _datamodule(small_synthetic("detect"), "detect")
+    module = _module(dm)
+    trainer = build_trainer(
+        tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1, precision="bf16-mixed",
+        accumulate_grad_batches=2, enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    assert trainer.global_step == 1  # two batches, one optimizer step
+    assert torch.isfinite(trainer.callback_metrics["train/o2o_box_epoch"])
+
+
+def test_pose_flow_is_trained_and_checkpointed(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    L.seed_everything(0)
+    dm = _datamodule(small_synthetic("pose"), "pose")
+    module = _module(dm)
+    flow_before = {k: v.clone() for k, v in module.state_dict().items() if k.startswith("flow.")}
+    assert flow_before
+    trainer = build_trainer(
+        tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    trained = {id(p) for g in trainer.optimizers[0].param_groups for p in g["params"]}
+    assert all(id(p) in trained for p in module.flow.parameters())  # type: ignore[union-attr]
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    moved = [k for k, v in flow_before.items() if not torch.equal(v, ckpt["state_dict"][k])]
+    assert moved
+
+
+def test_loading_a_checkpoint_for_another_task_is_refused(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    dm = _datamodule(small_synthetic("detect"), "detect")
+    module = _module(dm)
+    trainer = build_trainer(
+        tmp_path, max_epochs=1, limit_train_batches=1, limit_val_batches=1,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    assert load_module(ckpt).task == "detect"
+    with pytest.raises(CheckpointTaskError, match="trained for detect"):
+        load_module(ckpt, task="obb", model="yolo26n-obb")
+
+
+def _without_instances_of_image(batch: Batch, image: int) -> Batch:
+    keep = batch.batch_idx != image
+    per_instance = {"batch_idx", "labels", "boxes", "difficult", "keypoints"}
+    if batch.rboxes.shape[0] == batch.batch_idx.shape[0]:
+        per_instance.add("rboxes")
+    values = {
+        f.name: getattr(batch, f.name)[keep] if f.name in per_instance else getattr(batch, f.name)
+        for f in fields(batch)
+    }
+    return replace(batch, **values)
+
+
+@pytest.mark.parametrize("task", ["pose", "obb", "segment"])
+def test_validation_scores_a_batch_with_an_image_without_instances(
+    task: str, small_synthetic: Callable[[str], Path]
+) -> None:
+    dm = _datamodule(small_synthetic(task), task)
+    batch = _without_instances_of_image(next(iter(dm.val_dataloader())), image=0)
+    assert int(batch.counts()[0]) == 0
+    module = _module(dm).eval()
+    gt = None if task == "obb" else dm.coco_ground_truth("val")
+    scorer = ValidationScorer(task, dm.schema, gt)  # type: ignore[arg-type]
+    with torch.no_grad():
+        scorer.update(module.forward_network(batch.float_images()), batch)
+    metrics = scorer.compute()
+    assert set(metrics) >= {"e2e/mAP50-95", "nms/mAP50-95", "mAP50-95"}

@@ -1,0 +1,105 @@
+"""A run killed midway and resumed from last.ckpt ends bitwise where an uninterrupted run ends:
+weights, optimizer state, schedule and EMA (CPU, deterministic)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+from lucid_train.data import LucidDataModule
+from lucid_train.module import DetectModule
+from lucid_train.optim import EMACallback
+from lucid_train.runs import build_trainer
+
+EPOCHS = 3
+
+
+class _KilledError(RuntimeError):
+    pass
+
+
+class _KillAtEpoch(L.Callback):
+    """Dies at the start of ``epoch`` (after the previous epoch's last.ckpt was written)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise _KilledError(f"killed at epoch {self.epoch}")
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested state dicts -> ``{dotted key: leaf}``."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    if isinstance(value, list | tuple):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flat(v, f"{prefix}{i}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def _final_state(trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
+    ema = next(cb for cb in trainer.callbacks if isinstance(cb, EMACallback))  # type: ignore[attr-defined]
+    assert ema.ema is not None
+    return _flat(
+        {
+            "weights": module.state_dict(),
+            "optimizer": trainer.optimizers[0].state_dict(),
+            "schedule": trainer.lr_scheduler_configs[0].scheduler.state_dict(),
+            "ema": ema.ema.state_dict(),
+            "step": trainer.global_step,
+        }
+    )
+
+
+def _run(
+    root: Path, run_dir: Path, callbacks: list[L.Callback], ckpt_path: Path | None = None
+) -> dict[str, Any]:
+    L.seed_everything(0)
+    dm = LucidDataModule("detect", root, img_size=64, batch_size=4, num_workers=0)
+    dm.setup("fit")
+    module = DetectModule("yolo26n", num_classes=dm.schema.num_classes, img_size=64)
+    trainer = build_trainer(
+        run_dir,
+        callbacks=callbacks,
+        max_epochs=EPOCHS,
+        deterministic=True,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=1,
+    )
+    trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+    return _final_state(trainer, module)
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_run_ends_bitwise_like_an_uninterrupted_one(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    root = small_synthetic("detect")
+    straight = _run(root, tmp_path / "straight", [])
+
+    with pytest.raises(_KilledError):
+        _run(root, tmp_path / "killed", [_KillAtEpoch(2)])
+    last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=False)["epoch"] == 1
+    resumed = _run(root, tmp_path / "killed", [], ckpt_path=last)
+
+    assert straight.keys() == resumed.keys()
+    differ = [
+        k
+        for k, v in straight.items()
+        if not (torch.equal(v, resumed[k]) if isinstance(v, torch.Tensor) else v == resumed[k])
+    ]
+    assert not differ, f"resumed state differs at {differ[:5]}"
