@@ -106,6 +106,29 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--model.lrf", dest="lrf", type=float, default=0.01)
     g.add_argument("--model.warmup_epochs", dest="warmup_epochs", type=float, default=3.0)
     g.add_argument("--model.weight_decay", dest="weight_decay", type=float, default=5e-4)
+    g = fit.add_argument_group("capture (CUDA graphs)")
+    g.add_argument(
+        "--model.capture",
+        dest="capture",
+        default="auto",
+        choices=("auto", "on", "off"),
+        help="record and replay network and loss as CUDA graphs (auto: on CUDA)",
+    )
+    for part in ("network", "loss"):
+        g.add_argument(
+            f"--model.capture_{part}",
+            dest=f"capture_{part}",
+            default="true",
+            choices=("true", "false"),
+            help=f"record the {part} (with capture on)",
+        )
+    g.add_argument(
+        "--model.loss_capacity",
+        dest="loss_capacity",
+        type=int,
+        default=None,
+        help="targets per image the loss is padded to (default 32 with capture on)",
+    )
     g = fit.add_argument_group("run")
     g.add_argument("--run.root", dest="run_root", default="runs")
     g.add_argument("--run.name", dest="run_name", default="train")
@@ -205,6 +228,10 @@ def _fit(args: argparse.Namespace) -> int:
             "warmup_epochs": args.warmup_epochs,
             "weight_decay": args.weight_decay,
             "img_size": img_size,
+            "capture": args.capture,
+            "capture_network": args.capture_network == "true",
+            "capture_loss": args.capture_loss == "true",
+            "loss_capacity": args.loss_capacity,
         }
     module = cls(**hparams)
     extra: dict[str, Any] = {}

@@ -5,8 +5,15 @@ task's extras; pose's RealNVP flow lives in it, so it trains and is checkpointed
 weight as a 0-d buffer updated at each epoch start. A training step is::
 
     targets = self.prepare_targets(batch)       # padded per batch, validity mask, no host sync
-    output = self.forward_network(images)       # the seam a network recorder wraps (issue 7)
-    terms = self.compute_loss(output, targets)  # the seam a loss recorder wraps (issue 7)
+    output = self.forward_network(images)       # replayed by the network recorder on CUDA
+    terms = self.compute_loss(output, targets)  # replayed by the loss recorder on CUDA
+
+Capture (``lucid_capture``) is on by default on CUDA and off elsewhere (``capture="auto"``):
+the network and the loss (assignment + every term, on targets padded to ``loss_capacity``) are
+recorded as CUDA graphs once and replayed; ``capture_network`` / ``capture_loss`` turn each
+off. The recorders are not submodules, so state-dict keys, EMA and checkpoints are those of an
+eager run. Every step that runs eager is counted with its reason and the fit ends with the
+summary (`lucid_capture.lightning.CaptureCallback`, added by `configure_callbacks`).
 
 Validation decodes both paths from one forward (`lucid_train.validation`) and logs
 ``val/<path>/mAP50-95`` etc.; the monitored ``val/mAP50-95`` is the end-to-end path's box (obb:
@@ -22,12 +29,21 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from lucid_capture import LossRecorder, NetworkRecorder, Recorder
+from lucid_capture.lightning import CaptureCallback
 from lucid_models import Detections, ModelOutput, build_model, topk_decode
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
-from lucid_train.losses import DualLoss, LossTerms, PaddedTargets, o2m_weight, pad_targets
+from lucid_train.losses import (
+    DualLoss,
+    LossTerms,
+    PaddedTargets,
+    capacity_fits,
+    o2m_weight,
+    pad_targets,
+)
 from lucid_train.losses.flow import RealNVP
 from lucid_train.losses.obb import OrientedLoss
 from lucid_train.losses.pose import PoseLoss
@@ -50,6 +66,8 @@ __all__ = [
 ]
 
 OVERLAY_IMAGES = 4  # validation images drawn with their predictions under runs/
+CAPTURE_CAPACITY = 32  # padded targets per image when capture is on and no capacity is given
+CAPTURE_MODES = ("auto", "on", "off")
 
 
 class OverlaySample(dict[str, Any]):
@@ -81,6 +99,12 @@ class YOLOModule(L.LightningModule):
         nbs: nominal batch size.
         max_det: detections per image at validation and prediction.
         img_size: the training canvas side (prediction letterboxes to it).
+        capture: record and replay the network and loss as CUDA graphs: ``auto`` (on CUDA),
+            ``on`` or ``off``.
+        capture_network, capture_loss: each recorder on its own (with ``capture`` on).
+        loss_capacity: targets per image the loss is padded to; batches with more run eager
+            (reason ``over capacity``). ``None``: 32 with capture on, else each batch's own
+            largest count. Set it on both arms of a comparison: padding changes the arithmetic.
         task: the task the checkpoint was written for; must match the class.
     """
 
@@ -109,6 +133,10 @@ class YOLOModule(L.LightningModule):
         nbs: int = 64,
         max_det: int = 300,
         img_size: int = 640,
+        capture: str = "auto",
+        capture_network: bool = True,
+        capture_loss: bool = True,
+        loss_capacity: int | None = None,
         task: Task | None = None,
     ) -> None:
         super().__init__()
@@ -119,6 +147,8 @@ class YOLOModule(L.LightningModule):
             raise ValueError(
                 f"model {model!r} is a {spec.task} model; {type(self).__name__} trains {self.task}"
             )
+        if capture not in CAPTURE_MODES:
+            raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
         self.save_hyperparameters(ignore=["task"])
         self.hparams["task"] = self.task
         self.hparams["model"] = model_name(spec.scale, self.task)
@@ -137,6 +167,45 @@ class YOLOModule(L.LightningModule):
         self.scorer: ValidationScorer | None = None
         self.overlay_samples: list[OverlaySample] = []
         self.last_metrics: dict[str, float] = {}
+        # Disabled until a fit's CaptureCallback turns them on (outside a fit: plain eager).
+        self.network_recorder = NetworkRecorder(self.model, name="network", enabled=False)
+        self.loss_recorder = LossRecorder(
+            self._criterion,
+            capacity=loss_capacity or CAPTURE_CAPACITY,
+            rows=_padded_rows,
+            module=self.loss_parameters(),
+            name="loss",
+            enabled=False,
+        )
+
+    # -- capture -----------------------------------------------------------------------------
+
+    def configure_callbacks(self) -> list[L.Callback]:
+        mode = self.hparams["capture"]
+        on_cuda = self.trainer.strategy.root_device.type == "cuda"
+        enabled = mode == "on" or (mode == "auto" and on_cuda)
+        return [CaptureCallback(enabled=enabled, verbose=enabled)]
+
+    def loss_parameters(self) -> nn.Module | None:
+        """The module whose parameters the loss trains (pose: the RealNVP flow), if any."""
+        return None
+
+    def capture_recorders(self) -> list[Recorder]:
+        """The recorders a fit's `CaptureCallback` activates (the ones turned on by name)."""
+        chosen: list[Recorder] = []
+        if self.hparams["capture_network"]:
+            chosen.append(self.network_recorder)
+        if self.hparams["capture_loss"]:
+            chosen.append(self.loss_recorder)
+        return chosen
+
+    @property
+    def target_capacity(self) -> int | None:
+        """Rows per image the training targets are padded to (None: each batch's largest)."""
+        given: int | None = self.hparams["loss_capacity"]
+        if given is not None:
+            return given
+        return self.loss_recorder.capacity if self.loss_recorder.enabled else None
 
     # -- parts -------------------------------------------------------------------------------
 
@@ -168,22 +237,35 @@ class YOLOModule(L.LightningModule):
         return batch
 
     def prepare_targets(self, batch: Batch) -> PaddedTargets:
-        """Flat batch targets laid out at the batch's largest count per image, with a validity
-        mask (`lucid_train.losses.pad_targets`)."""
-        return pad_targets(batch)
+        """Flat batch targets laid out at `target_capacity` rows per image (a batch that does
+        not fit: its own largest count, never truncated), with a validity mask
+        (`lucid_train.losses.pad_targets`)."""
+        return pad_targets(batch, capacity=self.capacity_for(batch))
+
+    def capacity_for(self, batch: Batch) -> int | None:
+        """`target_capacity` when ``batch`` fits it, else None (the batch's own largest)."""
+        capacity = self.target_capacity
+        return capacity if capacity is not None and capacity_fits(batch, capacity) else None
 
     def forward_network(self, images: Tensor) -> ModelOutput:
-        """``(B, 3, S, S)`` -> `ModelOutput`; the one place the network runs (a recorder wraps
-        this later)."""
-        out: ModelOutput = self.model(images)
+        """``(B, 3, S, S)`` -> `ModelOutput`; the one place the network runs, through its
+        recorder (which runs the model eagerly when capture is off or the call does not match)."""
+        out: ModelOutput = self.network_recorder(images)
         return out
 
     def compute_loss(
         self, output: ModelOutput, targets: PaddedTargets, image_size: tuple[int, int]
     ) -> LossTerms:
-        """The dual loss of one batch; the one place the loss runs (a recorder wraps this
-        later). The ProgLoss weight goes in as the 0-d buffer ``o2m_weight``."""
-        return self.criterion(output, targets, self.o2m_weight, image_size)
+        """The dual loss of one batch; the one place the loss runs, through its recorder. The
+        ProgLoss weight goes in as the 0-d buffer ``o2m_weight``, so a recording reads each
+        epoch's value."""
+        terms: LossTerms = self.loss_recorder(output, targets, self.o2m_weight, image_size)
+        return terms
+
+    def _criterion(
+        self, output: ModelOutput, targets: PaddedTargets, weight: Tensor, size: tuple[int, int]
+    ) -> LossTerms:
+        return self.criterion(output, targets, weight, size)
 
     def forward(self, images: Tensor) -> ModelOutput:
         return self.forward_network(images)
@@ -202,7 +284,8 @@ class YOLOModule(L.LightningModule):
         terms = self.compute_loss(output, targets, (int(images.shape[-2]), int(images.shape[-1])))
         check_finite_loss(self.global_step, terms.total, terms.items, terms.names)
         bs = len(data)
-        for name, value in zip(terms.names, terms.items.detach().unbind(0), strict=True):
+        # A replay's items live in the recording's buffers: log a copy.
+        for name, value in zip(terms.names, terms.items.detach().clone().unbind(0), strict=True):
             self.log(
                 f"train/{name}", value, prog_bar=True, on_step=True, on_epoch=True, batch_size=bs
             )
@@ -308,6 +391,12 @@ class YOLOModule(L.LightningModule):
         return topk_decode(self.forward_network(images), max_det=self.hparams["max_det"])
 
 
+def _padded_rows(args: Sequence[Any]) -> int:
+    """Rows per image of the targets in a ``compute_loss`` call (the loss recorder's check)."""
+    targets: PaddedTargets = args[1]
+    return int(targets.mask.shape[1])
+
+
 def _batch_size(trainer: L.Trainer) -> int:
     dm = getattr(trainer, "datamodule", None)
     size = getattr(dm, "batch_size", None)
@@ -331,7 +420,8 @@ class SegmentModule(YOLOModule):
 
     def prepare_targets(self, batch: Batch) -> PaddedTargets:
         """Padded boxes plus the instance masks laid out like them (``(B, M, S/4, S/4)``)."""
-        return with_instance_masks(pad_targets(batch), batch.instance_masks())
+        targets = pad_targets(batch, capacity=self.capacity_for(batch))
+        return with_instance_masks(targets, batch.instance_masks())
 
 
 class PoseModule(YOLOModule):
@@ -344,6 +434,9 @@ class PoseModule(YOLOModule):
         self.flow = RealNVP()
         c = self.hparams["num_classes"]
         return DualLoss(PoseLoss(c, self.flow), PoseLoss(c, self.flow, one_to_one=True))
+
+    def loss_parameters(self) -> nn.Module | None:
+        return self.flow
 
 
 class OBBModule(YOLOModule):

@@ -1,0 +1,81 @@
+"""Capture inside the trainer: on by default on CUDA only, per-recorder switches, targets padded
+to the loss capacity (batches that do not fit keep their own size), state-dict keys unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from lucid_capture import Reason
+from lucid_train.data import LucidDataModule
+from lucid_train.module import YOLOModule, module_class
+from lucid_train.runs import build_trainer
+
+
+def _setup(root: Path, task: str, **options: object) -> tuple[LucidDataModule, YOLOModule]:
+    dm = LucidDataModule(task, root, img_size=64, batch_size=4, num_workers=0)  # type: ignore[arg-type]
+    dm.setup("fit")
+    s = dm.schema
+    module = module_class(s.task)(
+        num_classes=s.num_classes,
+        num_keypoints=s.num_keypoints or None,
+        img_size=64,
+        **options,  # type: ignore[arg-type]
+    )
+    return dm, module
+
+
+def _fit(dm: LucidDataModule, module: YOLOModule, tmp_path: Path) -> None:
+    trainer = build_trainer(
+        tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+
+
+def test_auto_capture_stays_off_on_the_cpu_and_changes_nothing(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    dm, module = _setup(small_synthetic("detect"), "detect")
+    _fit(dm, module, tmp_path)
+    for recorder in (module.network_recorder, module.loss_recorder):
+        assert not recorder.enabled and recorder.stats.recordings == 0
+        assert set(recorder.stats.eager) == {Reason.DISABLED}
+    assert module.target_capacity is None  # eager padding: each batch's own largest count
+
+
+@pytest.mark.filterwarnings("ignore::lucid_capture.CaptureWarning")
+def test_capture_on_without_cuda_runs_eager_and_says_why(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    dm, module = _setup(small_synthetic("detect"), "detect", capture="on", capture_loss=False)
+    _fit(dm, module, tmp_path)
+    assert module.network_recorder.stats.eager[Reason.NO_CUDA] == 3  # 2 training + 1 val
+    assert set(module.loss_recorder.stats.eager) == {Reason.DISABLED}  # switched off by name
+
+
+def test_recorders_add_no_state_dict_keys(small_synthetic: Callable[[str], Path]) -> None:
+    _, on = _setup(small_synthetic("pose"), "pose", capture="on")
+    _, off = _setup(small_synthetic("pose"), "pose", capture="off")
+    assert list(on.state_dict()) == list(off.state_dict())
+    assert not any("recorder" in key for key in on.state_dict())
+
+
+def test_targets_pad_to_the_capacity_and_a_batch_that_does_not_fit_keeps_its_size(
+    small_synthetic: Callable[[str], Path],
+) -> None:
+    dm, module = _setup(small_synthetic("detect"), "detect", loss_capacity=16)
+    batch = next(iter(dm.train_dataloader()))
+    assert module.prepare_targets(batch).mask.shape[1] == 16
+    largest = int(torch.bincount(batch.batch_idx).max())
+    assert largest >= 2, "the synthetic batch should hold an image with several objects"
+    _, tight = _setup(small_synthetic("detect"), "detect", loss_capacity=largest - 1)
+    assert tight.prepare_targets(batch).mask.shape[1] == largest
+
+
+def test_unknown_capture_mode_is_refused(small_synthetic: Callable[[str], Path]) -> None:
+    with pytest.raises(ValueError, match="capture must be one of"):
+        _setup(small_synthetic("detect"), "detect", capture="sometimes")
