@@ -187,6 +187,20 @@ class DetectionLoss:
             self.assigner_boxes(targets),
         )
 
+    def assign(
+        self,
+        branch: BranchOutput,
+        output: ModelOutput,
+        targets: PaddedTargets,
+        image_size: ImageSize,
+        pred_boxes: Tensor,
+    ) -> Assignment:
+        """The assignment step of :meth:`__call__`: :meth:`assign_branch` by default; a task
+        whose overlap needs more of the output (segmentation: the prototypes) overrides this."""
+        del image_size
+        points, strides = output.anchor_points, output.anchor_strides
+        return self.assign_branch(branch, points, strides, targets, pred_boxes)
+
     def branch_terms(
         self,
         branch: BranchOutput,
@@ -257,7 +271,7 @@ class DetectionLoss:
         """Assign, score and add task extras for one branch of ``output``."""
         points, strides = output.anchor_points, output.anchor_strides
         pred_boxes = self.decode(branch, points, strides)
-        assignment = self.assign_branch(branch, points, strides, targets, pred_boxes)
+        assignment = self.assign(branch, output, targets, image_size, pred_boxes)
         terms = self.branch_terms(
             branch, points, strides, targets, assignment, image_size, pred_boxes
         )

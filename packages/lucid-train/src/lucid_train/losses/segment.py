@@ -41,7 +41,6 @@ from lucid_train.losses.detection import (
     DetectionLoss,
     ImageSize,
     LossTerms,
-    normaliser,
 )
 from lucid_train.losses.positives import positive_slots, slot_capacity
 from lucid_train.losses.targets import PaddedTargets
@@ -329,15 +328,17 @@ class SegmentLoss(DetectionLoss):
         )
         self.mask_gain = mask_gain
 
-    def assign_masks(
+    def assign(
         self,
         branch: BranchOutput,
         output: ModelOutput,
-        targets: SegmentTargets,
+        targets: PaddedTargets,
         image_size: ImageSize,
         pred_boxes: Tensor,
     ) -> Assignment:
         """Assign with :func:`mask_aware_overlaps` (under ``no_grad``, on detached predictions)."""
+        if not isinstance(targets, SegmentTargets):
+            raise TypeError("SegmentLoss needs SegmentTargets (see with_instance_masks)")
         if branch.mask_coefficients is None or output.prototypes is None or targets.masks is None:
             raise ValueError("SegmentLoss needs mask coefficients, prototypes and targets.masks")
         assigner = self.assigner
@@ -362,38 +363,6 @@ class SegmentLoss(DetectionLoss):
                 pairs=MASK_PAIRS_PER_TOPK * assigner.topk,
             )
         return assigner(scores, pred, anchors_px, targets, overlaps=overlaps, candidates=candidates)
-
-    def __call__(
-        self,
-        branch: BranchOutput,
-        output: ModelOutput,
-        targets: PaddedTargets,
-        image_size: ImageSize,
-    ) -> BranchResult:
-        """Assign (mask-aware), score the detection terms and add the mask terms for one branch.
-
-        The detection loss's steps, with :meth:`assign_masks` in place of ``assign_branch``
-        (whose hook does not see the prototypes).
-        """
-        if not isinstance(targets, SegmentTargets):
-            raise TypeError("SegmentLoss needs SegmentTargets (see with_instance_masks)")
-        points, strides = output.anchor_points, output.anchor_strides
-        pred_boxes = self.decode(branch, points, strides)
-        assignment = self.assign_masks(branch, output, targets, image_size, pred_boxes)
-        terms = self.branch_terms(
-            branch, points, strides, targets, assignment, image_size, pred_boxes
-        )
-        result = BranchResult(
-            terms=terms,
-            assignment=assignment,
-            pred_boxes=pred_boxes,
-            anchor_points=points,
-            anchor_strides=strides,
-            anchors_px=anchors_in_pixels(points, strides),
-            normaliser=normaliser(assignment),
-        )
-        result.terms = terms.extend(self.extra_terms(result, branch, output, targets, image_size))
-        return result
 
     def extra_terms(
         self,
