@@ -128,3 +128,54 @@ def test_fit_reads_a_yolo_txt_folder_probed_or_named(
         )  # fmt: skip
         assert code == 0
         assert (tmp_path / "runs" / task / fmt / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_fit_reads_a_coco_folder_probed_or_named(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    coco = small_synthetic("pose")
+    for fmt in ("auto", "coco"):
+        code = main(
+            ["fit", "--model", "yolo26n-pose", "--data.root", str(coco), "--data.format", fmt,
+             *TINY, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+             "--run.root", str(tmp_path / "runs"), "--run.name", fmt]
+        )  # fmt: skip
+        assert code == 0
+        assert (tmp_path / "runs" / "pose" / fmt / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_fit_reads_a_dota_folder_probed_or_named(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The obb synthetic set written as DOTA (images + labelTxt quads, DOTA v1 class names)."""
+    import shutil
+
+    from lucid_train.data import read_split
+    from lucid_train.data.dota import DOTA_V1_CLASSES
+    from lucid_train.data.rotated import rbox_corners
+
+    coco = small_synthetic("obb")
+    for split in ("train", "val"):
+        index = read_split(coco, split, task="obb")
+        (tmp_path / "dota" / split / "labelTxt").mkdir(parents=True)
+        (tmp_path / "dota" / split / "images").mkdir()
+        for record in index.records:
+            shutil.copy(record.path, tmp_path / "dota" / split / "images" / record.path.name)
+            assert record.targets.rboxes is not None
+            lines = [
+                " ".join(f"{v:.2f}" for v in quad.reshape(-1)) + f" {DOTA_V1_CLASSES[int(label)]} 0"
+                for quad, label in zip(
+                    rbox_corners(record.targets.rboxes), record.targets.labels, strict=True
+                )
+            ]
+            label_file = tmp_path / "dota" / split / "labelTxt" / f"{record.path.stem}.txt"
+            label_file.write_text("\n".join(lines) + "\n")
+    for fmt in ("auto", "dota"):
+        code = main(
+            ["fit", "--model", "yolo26n-obb", "--data.root", str(tmp_path / "dota"),
+             "--data.format", fmt, *TINY, "--trainer.max_epochs", "1",
+             "--trainer.limit_train_batches", "1", "--run.root", str(tmp_path / "runs"),
+             "--run.name", fmt]
+        )  # fmt: skip
+        assert code == 0
+        assert (tmp_path / "runs" / "obb" / fmt / "checkpoints" / "last.ckpt").is_file()

@@ -16,6 +16,7 @@ module's `EpochSampler` shards itself).
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,11 @@ def build_trainer(
         trainer_kwargs: any `lightning.Trainer` argument (``max_epochs``, ``precision``,
             ``accumulate_grad_batches``, ``accelerator``, ...); gradient clipping defaults to 10.
     """
+    # The module pads training targets in its own on_before_batch_transfer (on the host, before
+    # the copy) while the data comes from a DataModule; Lightning says so on every fit.
+    warnings.filterwarnings(
+        "ignore", message=r"You have overridden `on_before_batch_transfer` in `LightningModule`"
+    )
     cbs: list[Callback] = []
     if ema:
         cbs.extend(_ema_callbacks())
