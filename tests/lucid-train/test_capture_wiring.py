@@ -76,6 +76,10 @@ def test_targets_pad_to_the_capacity_and_a_batch_that_does_not_fit_keeps_its_siz
     assert tight.prepare_targets(batch).mask.shape[1] == largest
 
 
-def test_unknown_capture_mode_is_refused(small_synthetic: Callable[[str], Path]) -> None:
+def test_unknown_capture_mode_and_empty_capacity_are_refused(
+    small_synthetic: Callable[[str], Path],
+) -> None:
     with pytest.raises(ValueError, match="capture must be one of"):
         _setup(small_synthetic("detect"), "detect", capture="sometimes")
+    with pytest.raises(ValueError, match="loss_capacity must be at least 1"):
+        _setup(small_synthetic("detect"), "detect", loss_capacity=0)

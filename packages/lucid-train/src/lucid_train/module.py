@@ -149,6 +149,9 @@ class YOLOModule(L.LightningModule):
             )
         if capture not in CAPTURE_MODES:
             raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
+        if loss_capacity is not None and loss_capacity < 1:
+            # 0 would pad eager targets to nothing while the recorder fell back to its default.
+            raise ValueError(f"loss_capacity must be at least 1, got {loss_capacity}")
         self.save_hyperparameters(ignore=["task"])
         self.hparams["task"] = self.task
         self.hparams["model"] = model_name(spec.scale, self.task)
@@ -171,7 +174,7 @@ class YOLOModule(L.LightningModule):
         self.network_recorder = NetworkRecorder(self.model, name="network", enabled=False)
         self.loss_recorder = LossRecorder(
             self._criterion,
-            capacity=loss_capacity or CAPTURE_CAPACITY,
+            capacity=CAPTURE_CAPACITY if loss_capacity is None else loss_capacity,
             rows=_padded_rows,
             module=self.loss_parameters(),
             name="loss",
