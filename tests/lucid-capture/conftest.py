@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from lucid_capture import recorder, recording
+from lucid_capture import recorder, recording, replay
 from lucid_capture.recorder import Recorder
 from lucid_capture.signature import CallSignature
 from lucid_capture.stats import CaptureStats
@@ -29,6 +29,13 @@ def _reach_everything(output: torch.Tensor, targets: Sequence[torch.Tensor]) -> 
     return frozenset(range(len(targets)))
 
 
+def _output_layout(
+    grad: torch.Tensor | None, output: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    buffer = torch.empty_like(output)  # the layout of the output, not of the gradient
+    return buffer, buffer, ()
+
+
 def _lifecycle(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Recorder, "reset", lambda self: None)
     mp.setattr(Recorder, "release", lambda self: None)
@@ -36,7 +43,7 @@ def _lifecycle(mp: pytest.MonkeyPatch) -> None:
 
 MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "rule1-live-gradients": lambda mp: mp.setattr(
-        Recorder, "_copy_out_live_gradients", lambda self, rec, live: None
+        replay, "hand_out", lambda statics: [g.detach() for g in statics]
     ),
     "rule2-hold": lambda mp: mp.setattr(Recorder, "_hold", lambda self, hold, output: None),
     "rule3-signatures": lambda mp: (
@@ -50,6 +57,7 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "rule6-unread-outputs": lambda mp: mp.setattr(recording, "_reached", _reach_everything),
     "rule7-reasons": lambda mp: mp.setattr(CaptureStats, "count_eager", lambda self, *a: None),
     "rule8-lifecycle": _lifecycle,
+    "rule9-gradient-layout": lambda mp: mp.setattr(recording, "_gradient_buffer", _output_layout),
 }
 
 

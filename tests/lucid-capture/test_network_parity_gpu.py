@@ -24,8 +24,11 @@ from lucid_testing.capture_models import (
     collect_state,
     loss_of,
     main_only_loss,
+    reshaped_loss,
     state_differences,
     strict_numerics,
+    sum_loss,
+    transposed_loss,
 )
 
 pytestmark = pytest.mark.gpu
@@ -146,6 +149,40 @@ def test_replay_matches_eager_for_generic_models(model_name: str, precision: str
     assert recorder.stats.eager_calls == 0
 
 
+@pytest.mark.parametrize("precision", sorted(PRECISIONS))
+def test_gradient_in_another_layout_than_the_output_matches_eager(precision: str) -> None:
+    """Rule 9: the head's output is a transposed view, the loss hands its gradient back contiguous;
+    eager sums the bias gradient over that layout, so the recorded backward must read the same."""
+    eager, _ = train("flat_head", capture=False, precision=precision, loss_fn=reshaped_loss)
+    replay, recorder = train("flat_head", capture=True, precision=precision, loss_fn=reshaped_loss)
+    assert_same_training(eager, replay)
+    assert recorder is not None and recorder.stats.replays == len(LAYOUTS["full"])
+    assert recorder.stats.backward_recordings == 1
+
+
+def test_each_gradient_layout_gets_its_own_backward_recording() -> None:
+    """Rule 9 when the layout changes between steps: a second backward recording, same result."""
+
+    def alternating() -> Callable[[torch.Tensor], torch.Tensor]:
+        calls = iter(range(100))
+        return lambda out: reshaped_loss(out) if next(calls) % 2 else transposed_loss(out)
+
+    eager, _ = train("flat_head", capture=False, loss_fn=alternating())
+    replay, recorder = train("flat_head", capture=True, loss_fn=alternating())
+    assert_same_training(eager, replay)
+    assert recorder is not None and recorder.stats.replays == len(LAYOUTS["full"])
+    assert recorder.stats.recordings == 1 and recorder.stats.backward_recordings == 2
+
+
+@pytest.mark.parametrize("precision", sorted(PRECISIONS))
+def test_expanded_gradient_of_a_sum_matches_eager(precision: str) -> None:
+    """``out.sum()`` hands back a stride-0 gradient; it is held as one slice and expanded."""
+    eager, _ = train("convbn", capture=False, precision=precision, loss_fn=sum_loss)
+    replay, recorder = train("convbn", capture=True, precision=precision, loss_fn=sum_loss)
+    assert_same_training(eager, replay)
+    assert recorder is not None and recorder.stats.replays == len(LAYOUTS["full"])
+
+
 def test_fp16_overflow_step_is_skipped_and_recovers_like_eager() -> None:
     eager, _ = train("convbn", capture=False, precision="16-mixed", overflow_at=2)
     replay, recorder = train("convbn", capture=True, precision="16-mixed", overflow_at=2)
@@ -172,6 +209,32 @@ def test_gradient_kept_alive_across_steps_matches_eager(accumulate: int) -> None
     replay, recorder = train("convbn", capture=True, accumulate=accumulate, set_to_none=False)
     assert_same_training(eager, replay)
     assert recorder is not None and recorder.stats.replays == len(LAYOUTS["full"])
+
+
+def test_gradients_kept_by_reference_past_their_step_keep_their_values() -> None:
+    """Rule 1 beyond ``.grad``: a callback that keeps each step's gradient tensors (references,
+    not copies) sees them unchanged after later replays, as in eager."""
+
+    def run(capture: bool) -> tuple[dict[str, torch.Tensor], NetworkRecorder | None]:
+        with strict_numerics():
+            torch.manual_seed(0)
+            model = MODELS["convbn"]().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            recorder = NetworkRecorder(model) if capture else None
+            forward = recorder if recorder is not None else model
+            kept: list[list[torch.Tensor | None]] = []
+            for x in batches("convbn", [FULL] * 4):
+                loss_of(forward(x.cuda())).backward()
+                kept.append([p.grad for p in model.parameters()])
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            state = {f"{i}/{j}": g for i, gs in enumerate(kept) for j, g in enumerate(gs)}
+            return {k: v for k, v in state.items() if v is not None}, recorder
+
+    eager, _ = run(capture=False)
+    replay, recorder = run(capture=True)
+    assert not state_differences(eager, replay)
+    assert recorder is not None and recorder.stats.replays == 4
 
 
 def test_two_forwards_before_one_backward_match_eager() -> None:

@@ -97,19 +97,34 @@ class CustomBackwardNet(nn.Module):
         return _HandWrittenLinear.apply(torch.tanh(self.inner(x)), self.weight)
 
 
+class FlatHeadNet(nn.Module):
+    """A detection-style head: a biased conv whose output leaves as the transposed view
+    ``(B, H*W, C)``. A loss that reshapes it hands back a gradient whose strides differ from the
+    output's, and eager sums the bias gradient over exactly that layout (capture rule 9)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 2, 1, bias=False), nn.BatchNorm2d(width))
+        self.head = nn.Conv2d(width, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(F.silu(self.stem(x))).flatten(2).transpose(1, 2)
+
+
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "convbn": lambda: ConvBNNet(attention=False),
     "convbn_attention": lambda: ConvBNNet(attention=True),
     "dropout": DropoutNet,
     "two_outputs": TwoOutputNet,
     "custom_backward": CustomBackwardNet,
+    "flat_head": FlatHeadNet,
 }
 
 
 def batches(model: str, sizes: Sequence[int], seed: int = 0, hw: int = 32) -> list[torch.Tensor]:
     """Deterministic CPU inputs for ``model``, one per batch size in ``sizes``."""
     g = torch.Generator().manual_seed(seed)
-    if model.startswith("convbn"):
+    if model.startswith("convbn") or model == "flat_head":
         return [torch.randn(n, 3, hw, hw, generator=g) for n in sizes]
     width = 32 if model == "dropout" else 16
     return [torch.randn(n, width, generator=g) for n in sizes]
@@ -123,6 +138,25 @@ def loss_of(output: Any) -> torch.Tensor:
         cls, box = output
         return F.softplus(cls.float()).mean() + box.float().square().mean()
     return output.float().square().mean()
+
+
+def reshaped_loss(output: torch.Tensor) -> torch.Tensor:
+    """Reads a ``(B, A, C)`` view through a reshape (a copy), so its gradient arrives contiguous
+    in ``(B, A, C)`` order whatever the output's own strides."""
+    flat = output.reshape(len(output), -1).float()
+    return (flat - 0.1).square().mean()
+
+
+def transposed_loss(output: torch.Tensor) -> torch.Tensor:
+    """Reads a ``(B, A, C)`` transposed view back as ``(B, C, A)``: its gradient arrives in the
+    output's own strides (``reshaped_loss`` hands back another layout)."""
+    return (output.transpose(1, 2).float() - 0.1).square().mean()
+
+
+def sum_loss(output: Any) -> torch.Tensor:
+    """``sum()`` hands back an expanded (stride-0) gradient."""
+    parts = output if isinstance(output, tuple) else (output,)
+    return sum((p.float().sum() for p in parts), torch.zeros((), device=parts[0].device))
 
 
 def main_only_loss(output: TwoOutputs) -> torch.Tensor:

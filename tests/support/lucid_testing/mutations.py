@@ -25,6 +25,7 @@ RULES = [
     "rule6-unread-outputs",
     "rule7-reasons",
     "rule8-lifecycle",
+    "rule9-gradient-layout",
 ]
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -3,15 +3,13 @@
 ``Recorder`` is the mechanism behind :class:`~lucid_capture.NetworkRecorder` and
 :class:`~lucid_capture.LossRecorder`. Each call goes one of two ways:
 
-- **replay**: the call matches the recording (rule 3), nothing is pending (rule 2), and live
-  gradients are copied out of the recording's buffers first (rule 1); or
+- **replay**: the call matches the recording (rule 3) and nothing is pending (rule 2); or
 - **eager**: the wrapped callable runs as if there were no recorder, and the reason is counted
   (rule 7).
 
 The recording is made on the first call that could replay, and freed by :meth:`Recorder.reset`
-(rule 8). Tensors a replay hands out (outputs and parameter gradients) are the recording's own
-buffers: parameter ``.grad`` is protected by rule 1, anything else kept past the next forward
-must be cloned by whoever keeps it.
+(rule 8). Gradients a replay hands out are copies (rule 1); its outputs are the recording's own
+buffers, so an output kept past the next forward must be cloned by whoever keeps it.
 """
 
 from __future__ import annotations
@@ -227,30 +225,12 @@ class Recorder:
         rec = self._recording
         assert rec is not None
         live = [args[i] for i in rec.tensor_positions]
-        self._copy_out_live_gradients(rec, live)
         hold = _Hold()
         call = ReplayCall(rec, self.stats, hold)
         outputs = Replay.apply(call, *live, *rec.params)  # type: ignore[no-untyped-call]
         if rec.differentiable and any(outputs[i].requires_grad for i in rec.differentiable):
             self._hold(hold, outputs[rec.differentiable[0]])
         return unflatten(rec.rebuild, list(outputs))
-
-    def _copy_out_live_gradients(self, rec: Recording, live: Sequence[torch.Tensor]) -> None:
-        """Rule 1: a ``.grad`` that is a recording buffer is cloned before the replay overwrites it.
-
-        A replayed backward returns its static gradient buffers and AccumulateGrad may adopt one as
-        ``.grad``; under accumulation (or ``zero_grad(set_to_none=False)``) that gradient is still
-        alive at the next replay. The copy happens here, at forward time: the hold guarantees no
-        other replay writes the buffers before this call's backward. Copying from a hook inside the
-        backward was measured to corrupt accumulated gradients (seed 000).
-        """
-        for (kind, index), static_grad in zip(rec.targets, rec.static_grads, strict=True):
-            if static_grad is None:
-                continue
-            owner = live[index] if kind == "arg" else rec.params[index]
-            grad = owner.grad if owner.is_leaf else None
-            if grad is not None and _same_storage(grad, static_grad):
-                owner.grad = grad.clone()
 
     def _hold(self, hold: _Hold, output: torch.Tensor) -> None:
         """Rule 2: later forwards run eager until this replay's backward has run."""
@@ -288,7 +268,3 @@ class Recorder:
                 clone.__dict__[key] = copy.deepcopy(value, memo)
         clone._failed = False
         return clone
-
-
-def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()

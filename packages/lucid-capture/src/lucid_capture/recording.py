@@ -11,6 +11,12 @@ The procedure holds the capture rules that concern *making* a recording:
 - **Reach (rule 6).** For each differentiable output, the set of gradient targets it reaches is
   measured in warm-up, so a backward in which the loss left an output unread can hand back ``None``
   exactly where eager autograd would, instead of the graph's zeros.
+- **Gradient layout (rule 9).** The backward is recorded at the first backward, not with the
+  forward, and once per layout of the incoming gradients: a static gradient buffer takes the
+  strides of the gradient the consumer actually hands over. Eager autograd passes that gradient on
+  as it is, and a reduction over it (a convolution's bias gradient) sums in an order set by those
+  strides, so a buffer of another layout may change the bits (docs/capture.md says what the GPU
+  suite shows of it).
 
 Graphs are captured on the recorder's own stream (destroying one graph must not clear the cuBLAS
 workspace of another captured on a shared stream) in ``thread_local`` error mode (a DataLoader's
@@ -23,13 +29,29 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from lucid_capture.signature import CallSignature, parameter_identity
 from lucid_capture.tree import Rebuild, flatten
+
+
+@dataclass
+class Backward:
+    """The backward graph recorded for one layout of the incoming gradients."""
+
+    graph: torch.cuda.CUDAGraph
+    # Per differentiable output: the buffer a live gradient is copied into (one slice of it along
+    # the dims where the gradient has stride 0; the graph read it expanded) and those dims.
+    buffers: list[torch.Tensor]
+    zero_strides: list[tuple[int, ...]]
+    grads: list[torch.Tensor | None]  # static gradients of the targets, in ``targets`` order
+
+
+# Per differentiable output: the incoming gradient's strides, or None where none came.
+GradLayout = tuple[tuple[int, ...] | None, ...]
 
 
 @dataclass
@@ -42,26 +64,31 @@ class Recording:
     static_args: list[Any]
     tensor_positions: list[int]
     forward_graph: torch.cuda.CUDAGraph
-    backward_graph: torch.cuda.CUDAGraph | None
     static_outputs: list[torch.Tensor]
     rebuild: Rebuild
     differentiable: list[int]
-    static_grad_outputs: list[torch.Tensor]
     # Gradient targets: ("arg", tensor index) or ("param", parameter index), in autograd.grad order.
     targets: list[tuple[str, int]]
-    static_grads: list[torch.Tensor | None]
     reach: list[frozenset[int]]
+    # What a backward recording needs: the captured outputs with their autograd graph (retained),
+    # the targets as tensors, and the pool and stream the forward was captured in.
+    graph_outputs: list[torch.Tensor]
+    target_tensors: list[torch.Tensor]
+    pool: Any
+    stream: torch.cuda.Stream
+    backwards: dict[GradLayout, Backward] = field(default_factory=dict)
     generation: int = 0  # replays so far; a backward must belong to the latest
 
     def release(self) -> None:
         """Drop the graphs and every static buffer so their pool can be freed."""
-        for graph in (self.forward_graph, self.backward_graph):
-            if graph is not None:
-                graph.reset()
+        self.forward_graph.reset()
+        for backward in self.backwards.values():
+            backward.graph.reset()
+        self.backwards.clear()
         self.static_args.clear()
         self.static_outputs.clear()
-        self.static_grad_outputs.clear()
-        self.static_grads.clear()
+        self.graph_outputs.clear()
+        self.target_tensors.clear()
         self.params = ()
 
 
@@ -87,6 +114,27 @@ def _gc_held() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    # Leaves (parameters, static inputs) keep their identity, as eager's saved_tensors give them
+    # back: a Function's backward may look its parameters up by identity.
+    return t if t.is_leaf else t.detach()
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _saved_by_address() -> contextlib.AbstractContextManager[Any]:
+    """Save the captured forward's tensors as aliases, which autograd does not version-check.
+
+    Backward recordings are made later, from this forward's retained autograd graph (rule 9); by
+    then the optimizer has updated parameters and replays have refilled the static inputs in
+    place, which bumps their version counters. A recorded backward reads addresses, not versions,
+    and these addresses hold each replay's values, so the check would only refuse a valid graph.
+    """
+    return torch.autograd.graph.saved_tensors_hooks(_alias, _same)
 
 
 @contextlib.contextmanager
@@ -120,7 +168,10 @@ def record(
     stream: torch.cuda.Stream,
     warmup_iters: int,
 ) -> Recording:
-    """Warm up, then record ``fn(*args)`` forward and backward; state is left as it was found."""
+    """Warm up, then record ``fn(*args)``'s forward; state is left as it was found.
+
+    Warm-up runs backwards too (cuDNN and allocator), but the backward graph is recorded later,
+    by :func:`record_backward` at the first backward, in the layout its gradients arrive in."""
     signature = CallSignature.of(args)
     tensor_positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
     static_args = [_static_copy(a) if isinstance(a, torch.Tensor) else a for a in args]
@@ -156,32 +207,16 @@ def record(
         pool = torch.cuda.graph_pool_handle()
         forward_graph = torch.cuda.CUDAGraph()
         with _gc_held():
-            with torch.cuda.graph(
-                forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
+            with (
+                torch.cuda.graph(
+                    forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
+                ),
+                _saved_by_address(),
             ):
                 outs, rebuild = run_forward()
             differentiable = [i for i, o in enumerate(outs) if o.requires_grad]
             if not target_tensors:
                 differentiable = []
-            static_grad_outputs = [torch.empty_like(outs[i]) for i in differentiable]
-            backward_graph: torch.cuda.CUDAGraph | None = None
-            static_grads: list[torch.Tensor | None] = []
-            if differentiable:
-                backward_graph = torch.cuda.CUDAGraph()
-                with (
-                    torch.cuda.graph(
-                        backward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
-                    ),
-                    backward_context(signature),
-                ):
-                    static_grads = list(
-                        torch.autograd.grad(
-                            [outs[i] for i in differentiable],
-                            target_tensors,
-                            static_grad_outputs,
-                            allow_unused=True,
-                        )
-                    )
         torch.cuda.synchronize(device)
 
     if differentiable and len(reach) != len(differentiable):
@@ -193,15 +228,81 @@ def record(
         static_args=static_args,
         tensor_positions=tensor_positions,
         forward_graph=forward_graph,
-        backward_graph=backward_graph,
         static_outputs=[o.detach() for o in outs],
         rebuild=rebuild,
         differentiable=differentiable,
-        static_grad_outputs=static_grad_outputs,
         targets=targets,
-        static_grads=static_grads,
         reach=reach,
+        graph_outputs=[outs[i] for i in differentiable],
+        target_tensors=target_tensors,
+        pool=pool,
+        stream=stream,
     )
+
+
+def gradient_layout(grads: Sequence[torch.Tensor | None]) -> GradLayout:
+    """The key of the backward recording that ``grads`` replay (rule 9)."""
+    return tuple(None if g is None else tuple(g.stride()) for g in grads)
+
+
+def _gradient_buffer(
+    grad: torch.Tensor | None, output: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:
+    """``(buffer, view, zero-stride dims)`` for one output's incoming gradient (rule 9).
+
+    The view has the gradient's strides, so the recorded backward reads it as eager autograd
+    reads the live one. A stride-0 (expanded) gradient, such as the one ``out.sum()`` hands over,
+    is held as its one real slice and expanded."""
+    if grad is None:
+        buffer = torch.empty_like(output)
+        return buffer, buffer, ()
+    zero = tuple(d for d, st in enumerate(grad.stride()) if st == 0 and grad.shape[d] > 1)
+    shape = [1 if d in zero else n for d, n in enumerate(grad.shape)]
+    buffer = torch.empty_strided(shape, grad.stride(), dtype=grad.dtype, device=grad.device)
+    return buffer, buffer.expand(grad.shape), zero
+
+
+def record_backward(rec: Recording, grads: Sequence[torch.Tensor | None]) -> Backward:
+    """Record the backward for the layout of ``grads`` (one per differentiable output).
+
+    Runs inside the replayed backward: the forward graph's outputs kept their autograd graph, whose
+    saved tensors are the recording's own buffers, so each capture reuses it (retain_graph)."""
+    buffers: list[torch.Tensor] = []
+    views: list[torch.Tensor] = []
+    zeros: list[tuple[int, ...]] = []
+    for grad, output in zip(grads, rec.graph_outputs, strict=True):
+        buffer, view, zero = _gradient_buffer(grad, output)
+        buffers.append(buffer)
+        views.append(view)
+        zeros.append(zero)
+    graph = torch.cuda.CUDAGraph()
+    device = rec.graph_outputs[0].device
+    rec.stream.wait_stream(torch.cuda.current_stream(device))
+    with _gc_held(), torch.cuda.device(device):
+        # One eager pass in this layout first: kernels that pick an algorithm or allocate a
+        # workspace on first use (cuDNN, cuBLAS) must not do so under capture.
+        with torch.cuda.stream(rec.stream), backward_context(rec.signature):
+            torch.autograd.grad(
+                rec.graph_outputs, rec.target_tensors, views, allow_unused=True, retain_graph=True
+            )
+        torch.cuda.synchronize(device)
+        with (
+            torch.cuda.graph(
+                graph, pool=rec.pool, stream=rec.stream, capture_error_mode="thread_local"
+            ),
+            backward_context(rec.signature),
+        ):
+            static_grads: list[torch.Tensor | None] = list(
+                torch.autograd.grad(
+                    rec.graph_outputs,
+                    rec.target_tensors,
+                    views,
+                    allow_unused=True,
+                    retain_graph=True,
+                )
+            )
+        torch.cuda.synchronize(device)
+    return Backward(graph, buffers, zeros, static_grads)
 
 
 def _reached(output: torch.Tensor, targets: Sequence[torch.Tensor]) -> frozenset[int]:

@@ -1,7 +1,8 @@
 """The autograd Function that replays a recording inside normal autograd.
 
 Forward copies the live tensors into the static inputs and replays the forward graph; backward
-copies the incoming gradients into the static gradient outputs and replays the backward graph.
+copies the incoming gradients into the static gradient outputs of the backward recorded for their
+layout (recording it on first use) and replays that graph.
 Parameters are inputs of the Function, so autograd accumulates their gradients as usual.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from lucid_capture.recording import Recording
+from lucid_capture.recording import Recording, gradient_layout, record_backward
 from lucid_capture.stats import CaptureStats
 
 
@@ -60,28 +61,55 @@ class Replay(torch.autograd.Function):
                 "retain_graph=True after a later forward?). Run that backward before the next "
                 "forward, or turn capture off for this recorder."
             )
+        grads_in = [grad_outputs[i] for i in rec.differentiable]
+        # Rule 9: one backward recording per layout of the incoming gradients, made on first use.
+        layout = gradient_layout(grads_in)
+        backward = rec.backwards.get(layout)
+        if backward is None:
+            backward = rec.backwards[layout] = record_backward(rec, grads_in)
+            call.stats.backward_recordings += 1
         read: set[int] = set()
         with torch.no_grad():
-            for k, (i, static) in enumerate(
-                zip(rec.differentiable, rec.static_grad_outputs, strict=True)
+            for k, (grad, buffer, zero) in enumerate(
+                zip(grads_in, backward.buffers, backward.zero_strides, strict=True)
             ):
-                grad = grad_outputs[i]
                 if grad is None:
-                    static.zero_()
-                else:
-                    static.copy_(grad)
-                    read.add(k)
-        assert rec.backward_graph is not None
-        rec.backward_graph.replay()
+                    buffer.zero_()
+                    continue
+                for d in zero:  # an expanded gradient: its one real slice
+                    grad = grad.narrow(d, 0, 1)
+                buffer.copy_(grad)
+                read.add(k)
+        backward.graph.replay()
         call.stats.graph_launches += 1
         # Rule 6: a target reached only through outputs the loss left unread gets None, as in
         # eager autograd, not the graph's zeros (zeros would still feel weight decay and momentum).
         reached = frozenset().union(*(rec.reach[k] for k in read))
         n_args = len(rec.tensor_positions)
-        grads: list[torch.Tensor | None] = [None] * (n_args + len(rec.params))
+        slots: list[int] = []
+        statics: list[torch.Tensor] = []
         for t, ((kind, index), static_grad) in enumerate(
-            zip(rec.targets, rec.static_grads, strict=True)
+            zip(rec.targets, backward.grads, strict=True)
         ):
             if static_grad is not None and t in reached:
-                grads[index if kind == "arg" else n_args + index] = static_grad.detach()
+                slots.append(index if kind == "arg" else n_args + index)
+                statics.append(static_grad)
+        grads: list[torch.Tensor | None] = [None] * (n_args + len(rec.params))
+        for slot, grad in zip(slots, hand_out(statics), strict=True):
+            grads[slot] = grad
         return (None, *grads)
+
+
+def hand_out(statics: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Rule 1: the gradients a replay hands autograd are copies, never the recording's buffers.
+
+    AccumulateGrad adopts a gradient it is handed as ``.grad``, and a callback may keep one past
+    the step; a buffer handed out would be overwritten under them by the next replay (seed 000).
+    One multi-tensor copy into fresh tensors of the same layout costs a pass over the gradients.
+    """
+    if not statics:
+        return []
+    with torch.no_grad():
+        fresh = [torch.empty_like(g) for g in statics]
+        torch._foreach_copy_(fresh, statics)
+    return fresh

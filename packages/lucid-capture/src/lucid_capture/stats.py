@@ -22,6 +22,7 @@ class CaptureStats:
     replays: int = 0
     retirements: int = 0
     graph_launches: int = 0
+    backward_recordings: int = 0  # one per recording and gradient layout (rule 9)
     eager: Counter[Reason] = field(default_factory=Counter)
     _warned: set[Reason] = field(default_factory=set, repr=False)
 
@@ -51,6 +52,7 @@ class CaptureStats:
 
     def reset(self) -> None:
         self.recordings = self.replays = self.retirements = self.graph_launches = 0
+        self.backward_recordings = 0
         self.eager.clear()
         self._warned.clear()
 
