@@ -172,13 +172,24 @@ class _Float32Density(torch.autograd.Function):
         return (*out[:3], None, *out[3:])
 
 
+def _accumulator(leaf: Tensor) -> object:
+    """The AccumulateGrad node of a leaf that requires grad."""
+    node = leaf.view_as(leaf).grad_fn
+    assert node is not None
+    return node.next_functions[0][0]
+
+
 def _refuse_unlisted_leaves(output: Tensor, listed: Sequence[Tensor]) -> None:
     """Raise if ``output`` depends on a tensor needing a gradient that the Function cannot return.
 
     Walks the recomputed graph and stops at the listed tensors (leaves, or the nodes that made
     non-leaf ones), so in the normal case it sees only the density's own few nodes.
     """
-    known = {id(t) for t in listed}
+    # A leaf is known by its gradient accumulator, not by the Python object: a saved tensor
+    # unpacked through saved-tensor hooks (as lucid-capture records) is a new object that shares
+    # the original's accumulator, and the gradient reaches the original through it.
+    accumulators = [_accumulator(t) for t in listed if t.grad_fn is None and t.requires_grad]
+    known = {id(node) for node in accumulators}
     # Holding the node wrappers keeps them alive, so torch hands back these same objects and
     # their ids stay unique while we compare them.
     boundary = [t.grad_fn for t in listed if t.grad_fn is not None]
@@ -191,7 +202,7 @@ def _refuse_unlisted_leaves(output: Tensor, listed: Sequence[Tensor]) -> None:
         seen[id(node)] = node
         variable = getattr(node, "variable", None)  # set on AccumulateGrad (leaf) nodes
         if isinstance(variable, Tensor):
-            if id(variable) not in known:
+            if id(node) not in known:
                 raise RuntimeError(
                     "flow_log_prob reads a tensor that requires grad but is not among the "
                     f"flow's parameters (shape {tuple(variable.shape)}); its gradient would be "
