@@ -83,3 +83,23 @@ def test_unknown_capture_mode_and_empty_capacity_are_refused(
         _setup(small_synthetic("detect"), "detect", capture="sometimes")
     with pytest.raises(ValueError, match="loss_capacity must be at least 1"):
         _setup(small_synthetic("detect"), "detect", loss_capacity=0)
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_targets_of_images_without_instances_have_the_structure_of_any_other(
+    task: str, small_synthetic: Callable[[str], Path]
+) -> None:
+    """A recorded loss bakes in the structure of its targets (which optional fields exist): a
+    batch whose images have no instances must not change it, or it runs eager (``arguments``)."""
+    from lucid_capture.tree import describe
+    from lucid_testing.trainer_fits import MIXED, LayoutDataModule
+
+    dm = LayoutDataModule(task, small_synthetic(task), MIXED)
+    dm.setup("fit")
+    _, module = _setup(small_synthetic(task), task, loss_capacity=16)
+    batches = list(dm.train_dataloader())
+    assert any(len(b.labels) == 0 for b in batches), (
+        "the layout must hold a batch without instances"
+    )
+    shapes = {describe(module.prepare_targets(b)) for b in batches}
+    assert len(shapes) == 1, shapes

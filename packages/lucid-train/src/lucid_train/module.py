@@ -242,8 +242,9 @@ class YOLOModule(L.LightningModule):
     def prepare_targets(self, batch: Batch) -> PaddedTargets:
         """Flat batch targets laid out at `target_capacity` rows per image (a batch that does
         not fit: its own largest count, never truncated), with a validity mask
-        (`lucid_train.losses.pad_targets`)."""
-        return pad_targets(batch, capacity=self.capacity_for(batch))
+        (`lucid_train.losses.pad_targets`). Rotated boxes by task, not by the batch: a batch
+        without instances must have the structure of any other (a recorded loss checks it)."""
+        return pad_targets(batch, capacity=self.capacity_for(batch), rotated=self.task == "obb")
 
     def capacity_for(self, batch: Batch) -> int | None:
         """`target_capacity` when ``batch`` fits it, else None (the batch's own largest)."""
@@ -423,7 +424,7 @@ class SegmentModule(YOLOModule):
 
     def prepare_targets(self, batch: Batch) -> PaddedTargets:
         """Padded boxes plus the instance masks laid out like them (``(B, M, S/4, S/4)``)."""
-        targets = pad_targets(batch, capacity=self.capacity_for(batch))
+        targets = pad_targets(batch, capacity=self.capacity_for(batch), rotated=False)
         return with_instance_masks(targets, batch.instance_masks())
 
 

@@ -29,6 +29,7 @@ are selected by masks. No host synchronisation, static shapes.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -88,6 +89,13 @@ def rle_keypoint_weights(num_keypoints: int) -> Tensor:
 
 def _oks_sigmas(num_keypoints: int) -> Tensor:
     return torch.from_numpy(keypoint_sigmas(num_keypoints)).float()
+
+
+@functools.lru_cache(maxsize=16)
+def _default_constants(num_keypoints: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The default OKS sigmas and RLE weights on ``device``, made once: a host-to-device copy
+    cannot run inside a CUDA graph capture, and a recorded loss reads these very tensors."""
+    return _oks_sigmas(num_keypoints).to(device), rle_keypoint_weights(num_keypoints).to(device)
 
 
 def _rle_loss(
@@ -167,8 +175,9 @@ def keypoint_terms(
         raise ValueError("keypoint_terms needs branch.keypoints and targets.keypoints (pose)")
     num_kpt = branch.keypoints.shape[2]
     device = branch.keypoints.device
-    sigmas = (_oks_sigmas(num_kpt) if sigmas is None else sigmas.float()).to(device)
-    weights = (rle_keypoint_weights(num_kpt) if rle_weights is None else rle_weights).to(device)
+    default_sigmas, default_weights = _default_constants(num_kpt, device)
+    sigmas = default_sigmas if sigmas is None else sigmas.float().to(device)
+    weights = default_weights if rle_weights is None else rle_weights.to(device)
 
     slots = positive_slots(assignment.fg, capacity)
     valid = slots.valid  # (B, P)
@@ -312,8 +321,9 @@ class PoseLoss(DetectionLoss):
         self.pose_gains = pose_gains
 
     def _sigmas(self, num_keypoints: int, device: torch.device) -> Tensor:
-        sigmas = _oks_sigmas(num_keypoints) if self.sigmas is None else self.sigmas.float()
-        return sigmas.to(device)
+        if self.sigmas is None:
+            return _default_constants(num_keypoints, device)[0]
+        return self.sigmas.float().to(device)
 
     def assign_branch(
         self,

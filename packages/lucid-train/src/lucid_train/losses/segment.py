@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -74,6 +75,15 @@ class SegmentTargets(PaddedTargets):
     """
 
     masks: Tensor | None = None
+
+
+def _xyxy(like: Tensor, x: float, y: float) -> Tensor:
+    """``(x, y, x, y)`` float32 on ``like``'s device, made by fills: a recorded loss cannot copy
+    from pageable host memory (``torch.tensor`` / ``new_tensor`` of Python numbers would)."""
+    out = like.new_empty(4, dtype=torch.float32)
+    out[0::2].fill_(x)  # ``out[0::2] = x`` would copy a host scalar
+    out[1::2].fill_(y)
+    return out
 
 
 def pad_instance_masks(instance_masks: Tensor, targets: PaddedTargets) -> Tensor:
@@ -126,10 +136,9 @@ def mask_loss(
     target = masks.gather(1, row[..., None, None].expand(-1, -1, h, w)).float()
     box = boxes.float().gather(1, row[..., None].expand(-1, -1, 4))  # (B, P, 4) pixels
 
-    size = torch.as_tensor(image_size, dtype=torch.float32, device=box.device)  # (H, W)
-    box = box / size.flip(0).repeat(2)  # fractions of the image
+    box = box / _xyxy(box, float(image_size[1]), float(image_size[0]))  # image fractions
     area = (box[..., 2] - box[..., 0]) * (box[..., 3] - box[..., 1])  # (B, P)
-    grid = box * box.new_tensor((w, h, w, h))
+    grid = box * _xyxy(box, w, h)
     cols = torch.arange(w, device=box.device, dtype=torch.float32)
     rows = torch.arange(h, device=box.device, dtype=torch.float32)
     in_x = (cols >= grid[..., 0:1]) & (cols < grid[..., 2:3])  # (B, P, w)
@@ -265,8 +274,9 @@ def mask_aware_overlaps(
     chosen = candidates.gather(-1, top)
     flat = top.view(B, M * k)
     coef = coefficients.float().gather(1, flat[..., None].expand(-1, -1, coefficients.shape[-1]))
-    size = torch.as_tensor(image_size, dtype=torch.float32, device=pred_boxes.device)
-    scale = torch.stack((w / size[1], h / size[0])).repeat(2)  # pixels -> grid cells
+    # pixels -> grid cells, as float32 quotients
+    sx, sy = np.float32(w) / np.float32(image_size[1]), np.float32(h) / np.float32(image_size[0])
+    scale = _xyxy(pred_boxes.float(), float(sx), float(sy))
     grid = pred_boxes.float().gather(1, flat[..., None].expand(-1, -1, 4)) * scale
     cols = torch.arange(w, device=grid.device, dtype=torch.float32)
     rows = torch.arange(h, device=grid.device, dtype=torch.float32)
