@@ -4,6 +4,7 @@ GPU overfit reaches the GPU golden's floor (GPU session)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,13 +38,15 @@ def test_micro_overfit_reaches_its_floor_on_cpu(task: str, tmp_path: Path) -> No
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("capture", ["on", "off"])
 @pytest.mark.parametrize("task", TASKS)
-def test_gpu_overfit_reaches_its_floor(task: str, tmp_path: Path) -> None:
+def test_gpu_overfit_reaches_its_floor(task: str, capture: str, tmp_path: Path) -> None:
     doc = _golden("gpu", task)
     if doc is None:
         pytest.skip(
             f"no GPU golden yet: python -m lucid_train.overfit --task {task} --preset gpu "
-            f"--write goldens/gpu/overfit_{task}.json"
+            f"--capture on --write goldens/gpu/overfit_{task}.json"
         )
-    metrics = run_overfit(OverfitSpec(**doc["spec"]), tmp_path)  # type: ignore[arg-type]
+    spec = replace(OverfitSpec(**doc["spec"]), capture=capture)  # type: ignore[arg-type]
+    metrics = run_overfit(spec, tmp_path)
     assert metrics["mAP50-95"] >= float(doc["floor"]), metrics  # type: ignore[arg-type]

@@ -7,7 +7,10 @@ the 100-image GPU runs) holds the spec, the command that wrote it, the measured 
 floor a run must reach::
 
     python -m lucid_train.overfit --task detect --write goldens/train/overfit_detect.json
-    python -m lucid_train.overfit --task detect --preset gpu --write goldens/gpu/overfit_detect.json
+    python -m lucid_train.overfit --task detect --preset gpu --capture on \\
+        --write goldens/gpu/overfit_detect.json
+
+The GPU goldens are written with capture on; the GPU session runs each with capture on and off.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,8 @@ class OverfitSpec:
         precision: Lightning precision.
         accelerator: ``cpu`` for the CI goldens, ``gpu`` for the GPU ones.
         seed: everything's seed.
+        capture: the module's ``capture`` (``auto``: on with CUDA); the GPU goldens hold both.
+        workers: DataLoader workers.
     """
 
     task: Task
@@ -53,6 +58,8 @@ class OverfitSpec:
     precision: str = "32-true"
     accelerator: str = "cpu"
     seed: int = 0
+    capture: str = "auto"
+    workers: int = 0
 
 
 def _model(task: Task) -> str:
@@ -74,6 +81,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "warmup_epochs": 3.0,
         "precision": "16-mixed",
         "accelerator": "gpu",
+        "workers": 6,
     },
 }
 
@@ -101,7 +109,7 @@ def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
         spec.task,
         img_size=spec.img_size,
         batch_size=spec.batch_size,
-        num_workers=0,
+        num_workers=spec.workers,
         augment=still,
         seed=spec.seed,
         val_split="train",  # an overfit is scored on the images it trained on
@@ -123,6 +131,7 @@ def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
         lr0=spec.lr0,
         warmup_epochs=spec.warmup_epochs,
         img_size=spec.img_size,
+        capture=spec.capture,
     )
     trainer = build_trainer(
         None,
@@ -149,13 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="/tmp/lucid-overfit")
     parser.add_argument("--write", default=None, help="write the golden JSON here")
     parser.add_argument("--margin", type=float, default=0.75, help="floor = margin * value")
+    parser.add_argument("--capture", default="auto", choices=("auto", "on", "off"))
     args = parser.parse_args(argv)
-    spec = spec_for(args.task, args.preset)
+    spec = replace(spec_for(args.task, args.preset), capture=args.capture)
     metrics = run_overfit(spec, Path(args.workdir) / args.task)
     value = metrics["mAP50-95"]
     doc = {
         "command": f"python -m lucid_train.overfit --task {args.task} --preset {args.preset} "
-        f"--write {args.write}",
+        + (f"--capture {args.capture} " if args.capture != "auto" else "")
+        + f"--write {args.write}",
         "spec": asdict(spec),
         "metric": "mAP50-95 (end-to-end top-k decode; box, or rotated for obb)",
         "value": round(value, 4),
