@@ -1,0 +1,556 @@
+"""Our yolo26n detect against Ultralytics 8.4 yolo26n on the built-in synthetic detection set.
+
+    PYTHONPATH=$(ls -d packages/*/src | paste -sd:):/tmp/site \
+        python3 benchmarks/peer_detect.py --out OUT --epochs 20 --imgsz 320 --batch 16 --device 0
+
+Steps (each side runs in its own subprocess, so neither library's process-wide settings reach
+the other, and each wall time is that side's alone):
+
+1. The set ``lucid fit`` uses with no data argument (``synthetic_dataset("detect")``: 400 train /
+   100 val images, COCO layout) is generated under ``--work`` and exported to YOLO txt with
+   ``lucid_train.data.write_yolo``; the ``data.yaml`` handed to Ultralytics gets an absolute
+   ``path`` (Ultralytics resolves a relative one against its datasets folder or the cwd).
+2. Ours: ``python -m lucid_train fit`` with no data argument (``LUCID_CACHE_DIR`` points at the
+   same cache), the recipe defaults, the given image size, batch and epochs. Its validation
+   scores both decode paths with pycocotools every epoch; the last epoch's row of
+   ``metrics.csv`` (the EMA weights that ``last.ckpt`` holds) is reported.
+3. Peer: ``YOLO("yolo26n.yaml").train(pretrained=False, ...)`` offline (``YOLO_OFFLINE=1``,
+   a TTF named ``Arial.ttf`` in ``$YOLO_CONFIG_DIR/Ultralytics``, settings ``sync=False``, its AMP
+   check answered True on CUDA). Its ``last.pt`` (EMA) is then validated twice: ``nms=False``
+   (the one-to-one head, top-k, no NMS) and ``nms=True`` (the one-to-many head plus NMS; 8.4's
+   default ``nms=None`` is the same path). Each val saves ``predictions.json``.
+4. The peer's predictions are re-scored here with our pycocotools scorer against the same COCO
+   ground truth our validation uses, so the ``pycocotools`` columns of both sides share one
+   metric definition. Ultralytics' own mAP (its matcher, up to 300 detections per image,
+   pycocotools keeps 100) is reported beside it.
+
+Writes ``OUT/peer_detect.json`` (numbers, wall times, versions, commands), ``OUT/peer_detect.md``
+(the table), the logs of both sides and their small run files; prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+PATHS = ("e2e", "nms")
+CONF_NOTE = {
+    "e2e": "one-to-one head, top-k 300, no NMS",
+    "nms": "one-to-many head, NMS IoU 0.7, conf 0.001",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+
+
+def prepare_data(work: Path) -> dict[str, Any]:
+    """Generate (or reuse) the built-in detection set under ``work/cache`` and export it to YOLO
+    txt under ``work/yolo``; returns paths and counts."""
+    from lucid_train.data import read_coco, synthetic_dataset, write_yolo
+
+    cache = work / "cache"
+    start = time.perf_counter()
+    root = synthetic_dataset("detect", cache_dir=cache)
+    gen_s = time.perf_counter() - start
+    splits = {
+        s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task="detect")
+        for s in ("train", "val")
+    }
+    yolo = work / "yolo"
+    if yolo.exists():
+        shutil.rmtree(yolo)
+    ours_yaml = write_yolo(splits, yolo)
+    schema = splits["val"].schema
+    # Ultralytics reads a relative "path" against its datasets folder or the cwd: make it absolute.
+    # JSON is YAML, so no YAML writer is needed.
+    doc = {
+        "path": str(yolo.resolve()),
+        "train": "images/train",
+        "val": "images/val",
+        "names": list(schema.class_names),
+    }
+    peer_yaml = yolo / "data-peer.yaml"
+    peer_yaml.write_text(json.dumps(doc, indent=1) + "\n")
+    return {
+        "cache_dir": str(cache),
+        "coco_root": str(root),
+        "val_json": str(root / "annotations" / "val.json"),
+        "yolo_root": str(yolo),
+        "yolo_data_yaml": str(ours_yaml),
+        "peer_data_yaml": str(peer_yaml),
+        "train_images": len(splits["train"].records),
+        "val_images": len(splits["val"].records),
+        "val_instances": int(sum(len(r.targets) for r in splits["val"].records)),
+        "class_names": list(schema.class_names),
+        "category_ids": [int(c) for c in schema.category_ids],
+        "generate_s": round(gen_s, 2),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _run_logged(
+    cmd: list[str], env: dict[str, str], log: Path, timeout: float
+) -> tuple[int | str, float]:
+    """Run ``cmd`` with stdout and stderr to ``log``; returns (exit status or "timeout", wall s)."""
+    start = time.perf_counter()
+    with log.open("w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        try:
+            rc: int | str = subprocess.run(
+                cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            ).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    wall = time.perf_counter() - start
+    if rc != 0:
+        tail = log.read_text(errors="replace").splitlines()[-25:]
+        print(f"[{log.name}] exit {rc}; last lines:\n" + "\n".join(tail), flush=True)
+    return rc, wall
+
+
+def _child_env(device: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    if device != "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = device
+    env.update(extra or {})
+    return env
+
+
+def _last_row_with(csv_path: Path, column: str) -> dict[str, str]:
+    import csv
+
+    rows = [r for r in csv.DictReader(csv_path.open()) if r.get(column)]
+    if not rows:
+        raise ValueError(f"{csv_path}: no row has {column}")
+    return rows[-1]
+
+
+# ---------------------------------------------------------------------------------------------
+# ours
+
+
+def run_ours(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Train our yolo26n with ``lucid fit`` and read the last validation of both decode paths."""
+    runs = args.work / "ours-runs"
+    if runs.exists():
+        shutil.rmtree(runs)
+    precision = args.ours_precision or ("32-true" if args.device == "cpu" else "16-mixed")
+    cmd = [
+        args.ours_python or sys.executable,
+        "-m",
+        "lucid_train",
+        "fit",
+        "--model",
+        "yolo26n",
+        "--data.img_size",
+        str(args.imgsz),
+        "--data.batch_size",
+        str(args.batch),
+        "--data.num_workers",
+        str(args.workers),
+        "--trainer.max_epochs",
+        str(args.epochs),
+        "--trainer.accelerator",
+        "cpu" if args.device == "cpu" else "gpu",
+        "--trainer.devices",
+        "1",
+        "--trainer.precision",
+        precision,
+        "--trainer.accumulate_grad_batches",
+        str(args.ours_accumulate),
+        "--run.root",
+        str(runs),
+        "--run.name",
+        "train",
+    ]
+    env = _child_env(args.device, {"LUCID_CACHE_DIR": data["cache_dir"]})
+    print("ours: " + " ".join(cmd), flush=True)
+    rc, wall = _run_logged(cmd, env, out / "ours.log", args.side_timeout)
+    result: dict[str, Any] = {
+        "command": f"LUCID_CACHE_DIR={data['cache_dir']} " + " ".join(cmd),
+        "exit": rc,
+        "wall_s": round(wall, 1),
+        "precision": precision,
+        "accumulate": args.ours_accumulate,
+    }
+    run_dir = runs / "detect" / "train"
+    csv_path = run_dir / "metrics.csv"
+    if not csv_path.is_file():
+        return result
+    shutil.copy(csv_path, out / "ours-metrics.csv")
+    last = _last_row_with(csv_path, "val/e2e/mAP50-95")
+    for path in PATHS:
+        result[path] = {
+            "pycocotools_mAP50-95": float(last[f"val/{path}/mAP50-95"]),
+            "pycocotools_mAP50": float(last[f"val/{path}/mAP50"]),
+        }
+    result["epoch"] = int(float(last["epoch"])) + 1
+    import csv
+
+    rows = [r for r in csv.DictReader(csv_path.open()) if r.get("val/e2e/mAP50-95")]
+    result["best_e2e_mAP50-95"] = max(float(r["val/e2e/mAP50-95"]) for r in rows)
+    result["best_nms_mAP50-95"] = max(float(r["val/nms/mAP50-95"]) for r in rows)
+    log = (out / "ours.log").read_text(errors="replace")
+    for line in log.splitlines():
+        if line.startswith("lucid fit: done in"):
+            result["fit_line"] = line.strip()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# peer
+
+
+def _font_source(explicit: Path | None) -> Path | None:
+    """A TTF to place as Arial.ttf: ``--font``, else ``.whl-peer/Arial.ttf``, else matplotlib's
+    DejaVuSans (any TTF satisfies Ultralytics' font check)."""
+    for cand in (explicit, REPO / ".whl-peer" / "Arial.ttf"):
+        if cand is not None and cand.is_file():
+            return cand
+    try:
+        import matplotlib
+
+        dejavu = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+        return dejavu if dejavu.is_file() else None
+    except ImportError:
+        return None
+
+
+def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Train and validate Ultralytics yolo26n in a subprocess, then re-score its predictions with
+    our pycocotools scorer."""
+    cfg = args.work / "ultralytics-config"
+    (cfg / "Ultralytics").mkdir(parents=True, exist_ok=True)
+    font = _font_source(args.font)
+    if font is None:
+        raise FileNotFoundError("no TTF for Ultralytics' font check: pass --font FILE.ttf")
+    for name in ("Arial.ttf", "Arial.Unicode.ttf"):
+        shutil.copyfile(font, cfg / "Ultralytics" / name)
+    runs = args.work / "peer-runs"
+    if runs.exists():
+        shutil.rmtree(runs)
+    spec = {
+        "data": data["peer_data_yaml"],
+        "epochs": args.epochs,
+        "imgsz": args.imgsz,
+        "batch": args.batch,
+        "workers": args.workers,
+        "device": "cpu" if args.device == "cpu" else "0",
+        "project": str(runs),
+        "result": str(out / "peer-raw.json"),
+    }
+    spec_path = args.work / "peer-spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    env = _child_env(
+        args.device,
+        {
+            "YOLO_OFFLINE": "1",
+            "YOLO_AUTOINSTALL": "False",
+            "YOLO_CONFIG_DIR": str(cfg),
+            "MPLCONFIGDIR": str(cfg / "mpl"),
+        },
+    )
+    cmd = [args.peer_python or sys.executable, str(Path(__file__).resolve()), "--peer-half"]
+    cmd.append(str(spec_path))
+    print("peer: " + " ".join(cmd), flush=True)
+    rc, wall = _run_logged(cmd, env, out / "peer.log", args.side_timeout)
+    result: dict[str, Any] = {"exit": rc, "wall_s": round(wall, 1), "font": str(font)}
+    raw_path = out / "peer-raw.json"
+    if not raw_path.is_file():
+        return result
+    raw = json.loads(raw_path.read_text())
+    result.update(raw)
+    gt = json.loads(Path(data["val_json"]).read_text())
+    for path in PATHS:
+        pred = result.get(path, {}).get("predictions")
+        if pred and Path(pred).is_file():
+            result[path].update(rescore(Path(pred), gt, data["category_ids"]))
+    # the e2e val must have run the one-to-one head and the nms val the one-to-many head
+    result["decode_paths_checked"] = all(
+        result.get(path, {}).get("validator_end2end") is (path == "e2e") for path in PATHS
+    )
+    return result
+
+
+def rescore(pred_json: Path, gt: dict[str, Any], category_ids: list[int]) -> dict[str, Any]:
+    """Score Ultralytics' ``predictions.json`` with our pycocotools scorer against our COCO
+    ground truth. Its image ids come from file stems and its category ids are 1 + class index,
+    so both are mapped through the file name and ``category_ids``."""
+    from lucid_train.evaluation import coco_from_dict, run_cocoeval
+
+    by_name = {img["file_name"]: int(img["id"]) for img in gt["images"]}
+    dets = []
+    for d in json.loads(pred_json.read_text()):
+        dets.append(
+            {
+                "image_id": by_name[d["file_name"]],
+                "category_id": int(category_ids[int(d["category_id"]) - 1]),
+                "bbox": [float(v) for v in d["bbox"]],
+                "score": float(d["score"]),
+            }
+        )
+    stats = run_cocoeval(coco_from_dict(gt), dets, "bbox")
+    images = {d["image_id"] for d in dets}
+    return {
+        "pycocotools_mAP50-95": stats["mAP"],
+        "pycocotools_mAP50": stats["mAP50"],
+        "detections": len(dets),
+        "images_with_detections": len(images),
+    }
+
+
+def peer_half(spec_path: Path) -> None:
+    """The Ultralytics side, in its own process (the environment is set by `run_peer`)."""
+    spec = json.loads(spec_path.read_text())
+    import torch
+    import ultralytics
+    from ultralytics import YOLO, settings
+
+    settings.update(
+        {"sync": False, "clearml": False, "comet": False, "dvc": False, "mlflow": False}
+    )
+    on_cuda = spec["device"] != "cpu"
+    if on_cuda:  # the AMP check would fetch yolo26n.pt; answer it (AMP stays on)
+        import ultralytics.engine.trainer as trainer_module
+
+        trainer_module.check_amp = lambda *a, **k: True
+    common = {"imgsz": spec["imgsz"], "batch": spec["batch"], "device": spec["device"]}
+    train_args = {
+        **common,
+        "data": spec["data"],
+        "epochs": spec["epochs"],
+        "workers": spec["workers"],
+        "amp": on_cuda,  # on the CPU Ultralytics turns AMP off anyway
+        "pretrained": False,
+        "deterministic": False,
+        "plots": False,
+        "seed": 0,
+        "project": spec["project"],
+        "name": "train",
+        "exist_ok": True,
+    }
+    out: dict[str, Any] = {
+        "versions": {"ultralytics": ultralytics.__version__, "torch": torch.__version__},
+        "train_call": f"YOLO('yolo26n.yaml').train(**{train_args!r})",
+    }
+    model = YOLO("yolo26n.yaml")
+    start = time.perf_counter()
+    model.train(**train_args)
+    out["train_wall_s"] = round(time.perf_counter() - start, 1)
+    trainer = model.trainer
+    save_dir = Path(trainer.save_dir)
+    out["optimizer"] = type(trainer.optimizer).__name__ if trainer.optimizer else None
+    out["amp"] = bool(trainer.amp)
+    out["accumulate"] = int(getattr(trainer, "accumulate", 0))
+    out["train_final_val"] = {k: float(v) for k, v in (trainer.metrics or {}).items()}
+    last = save_dir / "weights" / "last.pt"
+    out["weights"] = str(last)
+    csv_path = save_dir / "results.csv"
+    if csv_path.is_file():
+        shutil.copy(csv_path, Path(spec["result"]).parent / "peer-results.csv")
+    for path, nms in (("e2e", False), ("nms", True)):
+        val_args = {
+            **common,
+            "data": spec["data"],
+            "nms": nms,
+            "save_json": True,
+            "plots": False,
+            "workers": spec["workers"],
+            "project": spec["project"],
+            "name": f"val-{path}",
+            "exist_ok": True,
+        }
+        start = time.perf_counter()
+        val_model = YOLO(str(last))
+        seen: dict[str, Any] = {}
+        # which head the validator ran: its ``end2end`` (set from the backend) after the val
+        val_model.add_callback(
+            "on_val_end", lambda v, seen=seen: seen.update(end2end=bool(v.end2end))
+        )
+        metrics = val_model.val(**val_args)
+        out[path] = {
+            "ultralytics_mAP50-95": float(metrics.box.map),
+            "ultralytics_mAP50": float(metrics.box.map50),
+            "validator_end2end": seen.get("end2end"),
+            "predictions": str(Path(metrics.save_dir) / "predictions.json"),
+            "val_wall_s": round(time.perf_counter() - start, 1),
+            "val_call": f"YOLO({str(last)!r}).val(**{val_args!r})",
+        }
+    Path(spec["result"]).write_text(json.dumps(out, indent=1))
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def _versions() -> dict[str, Any]:
+    v: dict[str, Any] = {"python": platform.python_version()}
+    try:
+        import torch
+
+        v["torch"] = torch.__version__
+        v["cuda_device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    except ImportError:
+        pass
+    try:
+        import lightning
+
+        v["lightning"] = lightning.__version__
+    except ImportError:
+        pass
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    dirty = subprocess.run(
+        [*git, "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    v["lucid_commit"] = head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    return v
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else "n/a"
+
+
+def table(report: dict[str, Any]) -> str:
+    """The markdown table of both sides and both decode paths."""
+    s = report["settings"]
+    lines = [
+        f"yolo26n detect, built-in synthetic set ({report['data']['train_images']} train / "
+        f"{report['data']['val_images']} val images, {report['data']['val_instances']} val "
+        f"instances), imgsz {s['imgsz']}, batch {s['batch']}, {s['epochs']} epochs, "
+        f"device {s['device']}; last-epoch EMA weights.",
+        "",
+        "| side | decode path | mAP50-95 (pycocotools) | mAP50 (pycocotools) "
+        "| mAP50-95 (Ultralytics metric) | side wall s |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for side, label in (("ours", "lucid"), ("peer", "Ultralytics")):
+        r = report.get(side)
+        if r is None:
+            continue
+        ver = r.get("versions", {}).get("ultralytics") if side == "peer" else None
+        name = f"{label} {ver}" if ver else label
+        for path in PATHS:
+            p = r.get(path, {})
+            lines.append(
+                f"| {name} | {path} ({CONF_NOTE[path]}) | {_fmt(p.get('pycocotools_mAP50-95'))} "
+                f"| {_fmt(p.get('pycocotools_mAP50'))} | {_fmt(p.get('ultralytics_mAP50-95'))} "
+                f"| {r.get('wall_s', 'n/a')} |"
+            )
+    peer = report.get("peer", {})
+    if "decode_paths_checked" in peer:
+        ok = "yes" if peer["decode_paths_checked"] else "NO"
+        lines += ["", f"Ultralytics validator ran end2end for e2e and not for nms: {ok}."]
+    if "verdict" in report:
+        lines += ["", report["verdict"]]
+    return "\n".join(lines)
+
+
+def verdict(report: dict[str, Any]) -> str | None:
+    """Ours within 0.03 mAP50-95 (pycocotools) of Ultralytics, or better, on each decode path."""
+    ours, peer = report.get("ours", {}), report.get("peer", {})
+    parts, ok = [], True
+    for path in PATHS:
+        a = ours.get(path, {}).get("pycocotools_mAP50-95")
+        b = peer.get(path, {}).get("pycocotools_mAP50-95")
+        if a is None or b is None:
+            return None
+        gap = a - b
+        ok &= gap >= -0.03
+        parts.append(f"{path}: ours - Ultralytics = {gap:+.4f}")
+    return ("PASS" if ok else "FAIL") + " (within 0.03 or better): " + "; ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the command line and run the benchmark (or, with ``--peer-half``, one side)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="results folder (JSON, table, logs)")
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--imgsz", type=int, default=320)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--device", default="0", help="a CUDA index, or cpu")
+    side = parser.add_mutually_exclusive_group()
+    side.add_argument("--ours-only", action="store_true")
+    side.add_argument("--peer-only", action="store_true")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path("/tmp/lucid-peer-detect"),
+        help="dataset cache, YOLO export and both sides' runs (kept out of --out)",
+    )
+    parser.add_argument("--font", type=Path, default=None, help="TTF placed as Arial.ttf")
+    parser.add_argument(
+        "--ours-precision", default=None, help="default: 16-mixed on CUDA (as amp=True), else 32"
+    )
+    parser.add_argument(
+        "--ours-accumulate",
+        type=int,
+        default=1,
+        help="our accumulate_grad_batches (lucid fit's default 1; the peer accumulates to a "
+        "nominal batch of 64, ramping from 1 during warm-up)",
+    )
+    parser.add_argument("--side-timeout", type=float, default=540.0, help="seconds per side")
+    parser.add_argument("--ours-python", default=None, help="interpreter for our side")
+    parser.add_argument("--peer-python", default=None, help="interpreter for the Ultralytics side")
+    parser.add_argument("--peer-half", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.peer_half is not None:
+        peer_half(args.peer_half)
+        return
+    if args.out is None:
+        parser.error("--out is required")
+    start = time.perf_counter()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "command": " ".join([sys.executable, *sys.argv]),
+        "settings": {
+            k: getattr(args, k) for k in ("epochs", "imgsz", "batch", "workers", "device")
+        },
+        "versions": _versions(),
+        "metric_note": (
+            "pycocotools columns: COCO bbox AP@[.5:.95] (101-point, maxDets 100) of each side's "
+            "detections in source-image pixels against the same COCO ground truth (the set's "
+            "val.json); Ultralytics-metric column: its own matcher on up to 300 detections."
+        ),
+    }
+    data = prepare_data(args.work)
+    report["data"] = data
+    print(f"data: {data['train_images']} train / {data['val_images']} val -> {data['yolo_root']}")
+    if not args.peer_only:
+        report["ours"] = run_ours(args, data, out)
+    if not args.ours_only:
+        report["peer"] = run_peer(args, data, out)
+    v = verdict(report)
+    if v is not None:
+        report["verdict"] = v
+    report["total_wall_s"] = round(time.perf_counter() - start, 1)
+    (out / "peer_detect.json").write_text(json.dumps(report, indent=1, default=str))
+    text = table(report)
+    (out / "peer_detect.md").write_text(text + "\n")
+    print(text)
+    print(f"total wall {report['total_wall_s']} s; wrote {out / 'peer_detect.json'}")
+
+
+if __name__ == "__main__":
+    main()
