@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from lucid_train.data.records import Task
@@ -38,3 +41,70 @@ def _write_image(
 def write_image() -> Callable[..., Path]:
     """``write_image(path, width=64, height=48, colour=...)``: a plain RGB PNG."""
     return _write_image
+
+
+# -- rule mutations of capture in the trainer (``LUCID_TRAIN_MUTATION=<rule>``) ---------------
+# ``python -m lucid_testing.mutations --suite train`` runs the trainer's capture tests once per
+# rule removed here; docs/capture.md records which tests fail.
+
+
+def _float_prog_weight(mp: pytest.MonkeyPatch) -> None:
+    from lucid_train.module import YOLOModule
+
+    def compute_loss(self: YOLOModule, output: Any, targets: Any, image_size: Any) -> Any:
+        return self.loss_recorder(output, targets, float(self.o2m_weight), image_size)
+
+    def criterion(self: YOLOModule, output: Any, targets: Any, weight: Any, size: Any) -> Any:
+        weight = torch.full((), weight, device=self.o2m_weight.device)
+        return self.criterion(output, targets, weight, size)
+
+    mp.setattr(YOLOModule, "compute_loss", compute_loss)
+    mp.setattr(YOLOModule, "_criterion", criterion)
+
+
+def _targets_by_batch(mp: pytest.MonkeyPatch) -> None:
+    from lucid_train.losses import pad_targets
+    from lucid_train.module import YOLOModule
+
+    mp.setattr(
+        YOLOModule,
+        "prepare_targets",
+        lambda self, batch: pad_targets(batch, capacity=self.capacity_for(batch)),
+    )
+
+
+def _unpadded_eager_route(mp: pytest.MonkeyPatch) -> None:
+    from lucid_train.module import YOLOModule
+
+    capacity = property(
+        lambda self: self.loss_recorder.capacity if self.loss_recorder.enabled else None
+    )
+    mp.setattr(YOLOModule, "target_capacity", capacity)
+
+
+def _host_copies_in_the_loss(mp: pytest.MonkeyPatch) -> None:
+    from lucid_train.losses import obb, pose, segment
+
+    mp.setattr(obb, "_unit_rbox", lambda like: like.new_tensor(obb._UNIT_RBOX))
+    mp.setattr(segment, "_xyxy", lambda like, x, y: like.new_tensor((x, y, x, y)))
+    mp.setattr(pose, "_default_constants", pose._default_constants.__wrapped__)
+
+
+TRAIN_MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
+    "train-tensor-prog-weight": _float_prog_weight,
+    "train-targets-by-task": _targets_by_batch,
+    "train-padded-eager-route": _unpadded_eager_route,
+    "train-loss-host-free": _host_copies_in_the_loss,
+}
+
+
+@pytest.fixture(autouse=True)
+def _train_mutation(monkeypatch: pytest.MonkeyPatch) -> str | None:
+    name = os.environ.get("LUCID_TRAIN_MUTATION")
+    if name:
+        if name not in TRAIN_MUTATIONS:
+            raise pytest.UsageError(
+                f"unknown LUCID_TRAIN_MUTATION {name!r}; one of {sorted(TRAIN_MUTATIONS)}"
+            )
+        TRAIN_MUTATIONS[name](monkeypatch)
+    return name

@@ -103,3 +103,36 @@ def test_targets_of_images_without_instances_have_the_structure_of_any_other(
     )
     shapes = {describe(module.prepare_targets(b)) for b in batches}
     assert len(shapes) == 1, shapes
+
+
+@pytest.mark.parametrize("task", ["detect", "obb"])
+def test_every_loss_call_of_a_fit_has_one_structure(
+    task: str,
+    small_synthetic: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """A recording bakes in its call's structure and constants; a fit whose loss calls change
+    them between steps or epochs (a Python-number ProgLoss weight, a field missing on a batch
+    without instances) would replay nothing after the first change. Counted on the CPU."""
+    from lucid_capture import LossRecorder
+    from lucid_capture.tree import describe
+    from lucid_testing.trainer_fits import MIXED, LayoutDataModule
+
+    seen: list[str] = []
+    call = LossRecorder.__call__
+
+    def spy(self: LossRecorder, *args: object) -> object:
+        seen.append(describe(args))
+        return call(self, *args)
+
+    monkeypatch.setattr(LossRecorder, "__call__", spy)
+    dm = LayoutDataModule(task, small_synthetic(task), MIXED)
+    _, module = _setup(small_synthetic(task), task, loss_capacity=16)
+    trainer = build_trainer(
+        tmp_path, max_epochs=2, limit_val_batches=1, enable_progress_bar=False,
+        enable_model_summary=False, logger=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    assert len(seen) == 2 * len(MIXED.sizes)
+    assert len(set(seen)) == 1, sorted(set(seen))

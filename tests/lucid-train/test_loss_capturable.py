@@ -1,5 +1,6 @@
 """The training loss of every task can be recorded as a CUDA graph: after a first (warm-up) call,
-``compute_loss`` and its backward make no tensor from host data and read no device value.
+``compute_loss`` and its backward make no tensor from host data (nor on the host, by a factory
+without a device) and read no device value.
 
 On the GPU either would break the capture (a copy from pageable host memory, or a synchronising
 read) and the loss recorder would fall back to eager for the whole fit (``capture failed``); on
@@ -40,6 +41,20 @@ HOST_CALLS = {
 }
 
 
+# Factories make host tensors unless given a device; the loss would then copy them over.
+FACTORIES = {
+    torch.zeros,
+    torch.ones,
+    torch.empty,
+    torch.full,
+    torch.arange,
+    torch.linspace,
+    torch.eye,
+    torch.rand,
+    torch.randn,
+}
+
+
 class _HostCalls(TorchFunctionMode):
     def __init__(self) -> None:
         super().__init__()
@@ -48,7 +63,8 @@ class _HostCalls(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         # ``t[i] = 1.0`` copies the number from the host; ``t[i].fill_(1.0)`` does not.
         assigns_number = func is torch.Tensor.__setitem__ and not isinstance(args[2], torch.Tensor)
-        if func in HOST_CALLS or assigns_number:
+        host_factory = func in FACTORIES and (kwargs or {}).get("device") is None
+        if func in HOST_CALLS or assigns_number or host_factory:
             ours = [f for f in traceback.extract_stack()[:-1] if "/src/lucid_" in f.filename]
             where = f"{ours[-1].filename.rsplit('/src/', 1)[-1]}:{ours[-1].lineno}" if ours else "?"
             self.seen.append(f"{getattr(func, '__name__', func)} at {where}")

@@ -1,9 +1,14 @@
-"""Run the capture GPU suite once per removed rule and write which tests fail (a markdown table).
+"""Run a suite once per removed rule and write which tests fail (a markdown table).
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:):tests/support \
-        python3 -m lucid_testing.mutations --out mutations.md
+        python3 -m lucid_testing.mutations --out mutations.md              # capture, GPU
+    python3 -m lucid_testing.mutations --suite train --out train.md      # trainer, CPU tests
 
-A rule is held when at least one test fails without it; the unmutated run must pass in full.
+``--suite capture`` removes the rules of lucid-capture (``LUCID_CAPTURE_MUTATION``,
+tests/lucid-capture/conftest.py) over its GPU suite; ``--suite train`` the trainer's capture
+rules (``LUCID_TRAIN_MUTATION``, tests/lucid-train/conftest.py) over the trainer's capture tests
+that run on the CPU (``--gpu`` adds the trainer parity suite). A rule is held when at least one
+test fails without it; the unmutated run must pass in full.
 """
 
 from __future__ import annotations
@@ -27,21 +32,43 @@ RULES = [
     "rule8-lifecycle",
     "rule9-gradient-layout",
 ]
+TRAIN_RULES = [
+    "train-tensor-prog-weight",
+    "train-targets-by-task",
+    "train-padded-eager-route",
+    "train-loss-host-free",
+]
+TRAIN_CPU_TESTS = [
+    "tests/lucid-train/test_capture_wiring.py",
+    "tests/lucid-train/test_loss_capturable.py",
+]
+SUITES: dict[str, tuple[str, list[str]]] = {
+    "capture": ("LUCID_CAPTURE_MUTATION", RULES),
+    "train": ("LUCID_TRAIN_MUTATION", TRAIN_RULES),
+}
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def run(mutation: str | None, extra: list[str]) -> tuple[list[str], str]:
+def selection(suite: str, gpu: bool) -> list[str]:
+    if suite == "capture":
+        return ["tests/lucid-capture", "-m", "gpu"]
+    if gpu:
+        return [*TRAIN_CPU_TESTS, "tests/lucid-train/test_capture_trainer_gpu.py"]
+    return [*TRAIN_CPU_TESTS, "-m", "not gpu"]
+
+
+def run(
+    variable: str, mutation: str | None, tests: list[str], extra: list[str]
+) -> tuple[list[str], str]:
     env = dict(os.environ)
-    env.pop("LUCID_CAPTURE_MUTATION", None)
+    env.pop(variable, None)
     if mutation:
-        env["LUCID_CAPTURE_MUTATION"] = mutation
+        env[variable] = mutation
     cmd = [
         sys.executable,
         "-m",
         "pytest",
-        "tests/lucid-capture",
-        "-m",
-        "gpu",
+        *tests,
         "-q",
         "-rf",
         "-p",
@@ -59,15 +86,19 @@ def run(mutation: str | None, extra: list[str]) -> tuple[list[str], str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("rules", nargs="*", default=RULES)
+    parser.add_argument("--suite", choices=tuple(SUITES), default="capture")
+    parser.add_argument("--gpu", action="store_true", help="train suite: add the GPU parity fits")
+    parser.add_argument("rules", nargs="*")
     args, extra = parser.parse_known_args()
+    variable, rules = SUITES[args.suite]
+    tests = selection(args.suite, args.gpu)
     lines = [
         "| rule removed | tests that fail without it | pytest summary |",
         "| --- | --- | --- |",
     ]
-    for rule in [None, *args.rules]:
+    for rule in [None, *(args.rules or rules)]:
         start = time.time()
-        failed, summary = run(rule, extra)
+        failed, summary = run(variable, rule, tests, extra)
         shown = "<br>".join(f"`{f.split('::', 1)[1]}`" for f in failed[:8])
         if len(failed) > 8:
             shown += f"<br>… and {len(failed) - 8} more"
