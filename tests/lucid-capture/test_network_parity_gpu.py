@@ -149,12 +149,20 @@ def test_replay_matches_eager_for_generic_models(model_name: str, precision: str
     assert recorder.stats.eager_calls == 0
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
 @pytest.mark.parametrize("precision", sorted(PRECISIONS))
-def test_gradient_in_another_layout_than_the_output_matches_eager(precision: str) -> None:
+def test_gradient_in_another_layout_than_the_output_matches_eager(
+    precision: str, channels_last: bool
+) -> None:
     """Rule 9: the head's output is a transposed view, the loss hands its gradient back contiguous;
-    eager sums the bias gradient over that layout, so the recorded backward must read the same."""
-    eager, _ = train("flat_head", capture=False, precision=precision, loss_fn=reshaped_loss)
-    replay, recorder = train("flat_head", capture=True, precision=precision, loss_fn=reshaped_loss)
+    eager sums the bias gradient over that layout, so the recorded backward must read the same.
+    Channels-last inputs, as the trainer feeds them, change which layout the convolutions use."""
+    xs = batches("flat_head", LAYOUTS["full"])
+    if channels_last:
+        xs = [x.contiguous(memory_format=torch.channels_last) for x in xs]
+    kw: dict[str, Any] = {"precision": precision, "loss_fn": reshaped_loss, "inputs": xs}
+    eager, _ = train("flat_head", capture=False, **kw)
+    replay, recorder = train("flat_head", capture=True, **kw)
     assert_same_training(eager, replay)
     assert recorder is not None and recorder.stats.replays == len(LAYOUTS["full"])
     assert recorder.stats.backward_recordings == 1
