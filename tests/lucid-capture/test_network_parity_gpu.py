@@ -191,6 +191,18 @@ def test_expanded_gradient_of_a_sum_matches_eager(precision: str) -> None:
     assert recorder is not None and recorder.stats.replays == len(LAYOUTS["full"])
 
 
+def test_a_backward_that_cannot_be_recorded_finishes_eagerly_and_the_fit_goes_on() -> None:
+    """Rule 7 inside a backward: recording it raises (a host read), so that backward runs eagerly
+    over the captured forward's graph and every later call runs eager, counted, same result."""
+    eager, _ = train("host_checked", capture=False)
+    replay, recorder = train("host_checked", capture=True)
+    assert_same_training(eager, replay)
+    assert recorder is not None
+    assert recorder.stats.replays == 1 and recorder.stats.backward_recordings == 0
+    steps = len(LAYOUTS["full"])
+    assert recorder.stats.eager == {Reason.CAPTURE_FAILED: steps}  # that backward + later calls
+
+
 def test_fp16_overflow_step_is_skipped_and_recovers_like_eager() -> None:
     eager, _ = train("convbn", capture=False, precision="16-mixed", overflow_at=2)
     replay, recorder = train("convbn", capture=True, precision="16-mixed", overflow_at=2)

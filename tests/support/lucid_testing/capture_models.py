@@ -97,6 +97,31 @@ class CustomBackwardNet(nn.Module):
         return _HandWrittenLinear.apply(torch.tanh(self.inner(x)), self.weight)
 
 
+class _CheckedOnHost(torch.autograd.Function):
+    """Identity whose backward reads a device value on the host: fine eagerly, refused by a
+    CUDA graph capture (the recorder must finish that backward eagerly and stop replaying)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        if not bool(torch.isfinite(grad).all()):
+            raise FloatingPointError("non-finite gradient")
+        return grad
+
+
+class HostCheckedNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(16, 32)
+        self.outer = nn.Linear(32, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.outer(_CheckedOnHost.apply(torch.tanh(self.inner(x))))
+
+
 class FlatHeadNet(nn.Module):
     """A detection-style head: a biased conv whose output leaves as the transposed view
     ``(B, H*W, C)``. A loss that reshapes it hands back a gradient whose strides differ from the
@@ -118,6 +143,7 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "two_outputs": TwoOutputNet,
     "custom_backward": CustomBackwardNet,
     "flat_head": FlatHeadNet,
+    "host_checked": HostCheckedNet,
 }
 
 

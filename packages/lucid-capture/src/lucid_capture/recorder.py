@@ -213,6 +213,14 @@ class Recorder:
         self.stats.recordings += 1
         return None
 
+    def _backward_failed(self, error: Exception) -> None:
+        """A backward recording raised (inside a replayed backward, which then finishes eagerly):
+        every later call of this fit runs eager, as after a failed forward recording."""
+        self._failed = True
+        torch.cuda.synchronize()
+        detail = f"recording a backward raised {type(error).__name__}: {error}"
+        self.stats.count_eager(Reason.CAPTURE_FAILED, detail)
+
     def _retire(self, reason: Reason) -> None:
         assert self._recording is not None
         self._recording.release()
@@ -226,7 +234,7 @@ class Recorder:
         assert rec is not None
         live = [args[i] for i in rec.tensor_positions]
         hold = _Hold()
-        call = ReplayCall(rec, self.stats, hold)
+        call = ReplayCall(rec, self.stats, hold, self._backward_failed)
         outputs = Replay.apply(call, *live, *rec.params)  # type: ignore[no-untyped-call]
         if rec.differentiable and any(outputs[i].requires_grad for i in rec.differentiable):
             self._hold(hold, outputs[rec.differentiable[0]])

@@ -305,6 +305,32 @@ def record_backward(rec: Recording, grads: Sequence[torch.Tensor | None]) -> Bac
     return Backward(graph, buffers, zeros, static_grads)
 
 
+def eager_backward(
+    rec: Recording, grads: Sequence[torch.Tensor | None]
+) -> list[torch.Tensor | None]:
+    """This replay's backward without a graph, when recording one failed: autograd over the
+    captured forward's retained graph, whose saved tensors hold this replay's activations.
+
+    Returns one gradient per Function input after the call object: the tensor arguments, then
+    the parameters (``None`` where eager gives none: outputs without a gradient are left out)."""
+    read = [(out, g) for out, g in zip(rec.graph_outputs, grads, strict=True) if g is not None]
+    n_args = len(rec.tensor_positions)
+    result: list[torch.Tensor | None] = [None] * (n_args + len(rec.params))
+    if not read:
+        return result
+    with backward_context(rec.signature):
+        got = torch.autograd.grad(
+            [o for o, _ in read],
+            rec.target_tensors,
+            [g for _, g in read],
+            allow_unused=True,
+            retain_graph=True,
+        )
+    for (kind, index), grad in zip(rec.targets, got, strict=True):
+        result[index if kind == "arg" else n_args + index] = grad
+    return result
+
+
 def _reached(output: torch.Tensor, targets: Sequence[torch.Tensor]) -> frozenset[int]:
     """Indices of ``targets`` that autograd reaches from ``output`` (eager gives None elsewhere)."""
     grads = torch.autograd.grad(

@@ -8,22 +8,30 @@ Parameters are inputs of the Function, so autograd accumulates their gradients a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from lucid_capture.recording import Recording, gradient_layout, record_backward
+from lucid_capture.recording import Recording, eager_backward, gradient_layout, record_backward
 from lucid_capture.stats import CaptureStats
 
 
 class ReplayCall:
     """What one replay needs, handed to the Function (which holds no state of its own)."""
 
-    def __init__(self, recording: Recording, stats: CaptureStats, hold: object) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        stats: CaptureStats,
+        hold: object,
+        on_failure: Callable[[Exception], None],
+    ) -> None:
         self.recording = recording
         self.stats = stats
         self.hold = hold  # released when the backward node runs or is freed (rule 2)
+        self.on_failure = on_failure  # a backward recording raised: the recorder stops replaying
         self.generation = -1
 
 
@@ -66,7 +74,11 @@ class Replay(torch.autograd.Function):
         layout = gradient_layout(grads_in)
         backward = rec.backwards.get(layout)
         if backward is None:
-            backward = rec.backwards[layout] = record_backward(rec, grads_in)
+            try:
+                backward = rec.backwards[layout] = record_backward(rec, grads_in)
+            except Exception as error:  # rule 7: say why, and finish this backward eagerly
+                call.on_failure(error)
+                return (None, *eager_backward(rec, grads_in))
             call.stats.backward_recordings += 1
         read: set[int] = set()
         with torch.no_grad():
