@@ -57,9 +57,12 @@ def assert_replayed(
     summary = stats.summary()
     assert stats.recordings == recordings, summary
     assert stats.retirements == retirements, summary
-    assert stats.replays + stats.eager[Reason.OVER_CAPACITY] == full, summary
+    # Full batches replay and partial ones run eager (shape), except that a loss call with an
+    # image over capacity runs eager for that reason first, full or partial.
+    over = stats.eager[Reason.OVER_CAPACITY]
+    assert stats.replays + stats.eager[Reason.SHAPE] + over == full + partial, summary
+    assert stats.replays >= full - over and stats.eager[Reason.SHAPE] <= partial, summary
     assert stats.replays > 0, summary
-    assert stats.eager[Reason.SHAPE] == partial, summary
     assert stats.eager[Reason.PENDING_BACKWARD] == pending, summary
     # one forward and one backward launch per replay; one backward recording per recording
     assert stats.graph_launches == 2 * stats.replays, summary
