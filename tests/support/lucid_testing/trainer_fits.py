@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,6 @@ class Fit:
     module: YOLOModule
     trainer: L.Trainer
     probe: Probe
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run_fit(
