@@ -6,7 +6,9 @@
 One step is what ``YOLOModule.training_step`` runs on the GPU — ``forward_network`` and
 ``compute_loss`` (assignment + dual loss on targets padded to 32 per image) under autocast, then
 backward through GradScaler (fp16) or plainly (bf16), an SGD step and ``zero_grad`` — with the
-module's own recorders enabled (``capture``) or not (``eager``). Input and network are
+module's own recorders enabled (``capture``) or not (``eager``), or with the network under
+``torch.compile(mode="reduce-overhead")`` and the loss under ``torch.compile`` (``compile``;
+its compile time falls in the warm-up steps, reported as "ready after"). Input and network are
 channels_last; 640x640 images, ~10 boxes per image. Times are medians of ``--steps`` steps
 after warm-up, from CUDA events; the data loader is not part of a step (see loader.md).
 """
@@ -17,6 +19,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -61,9 +64,19 @@ def measure(arm: str, batch: int, dtype: torch.dtype, steps: int) -> dict[str, f
     targets = _targets(batch, g)
     targets = PaddedTargets(**{k: v.cuda() for k, v in vars(targets).items() if v is not None})
 
+    network: Any = module.forward_network
+    loss: Any = module.compute_loss
+    if arm == "compile":  # the same network and loss under torch.compile, recorders off
+        network = torch.compile(module.model, mode="reduce-overhead")
+        loss = torch.compile(module._criterion)
+
     def step() -> None:
         with torch.autocast("cuda", dtype=dtype):
-            terms = module.compute_loss(module.forward_network(images), targets, (SIZE, SIZE))
+            out = network(images)
+            if arm == "compile":
+                terms = loss(out, targets, module.o2m_weight, (SIZE, SIZE))
+            else:
+                terms = loss(out, targets, (SIZE, SIZE))
         scaler.scale(terms.total).backward()
         scaler.step(optimizer)
         scaler.update()
@@ -100,6 +113,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--arms", nargs="+", default=["eager", "capture", "compile"])
     args = parser.parse_args()
     torch.backends.cudnn.benchmark = True
     rows = [
@@ -108,18 +122,23 @@ def main() -> None:
         f"{args.steps} steps after 8 (recording included in those).",
         "",
         "| batch | precision | arm | step ms | images/s | speed-up vs eager | peak GiB | "
-        "replays (net + loss) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "replays (net + loss) | ready after (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for batch in args.batches:
         for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
             base = None
-            for arm in ("eager", "capture"):
-                r = measure(arm, batch, dtype, args.steps)
+            for arm in args.arms:
+                try:
+                    r = measure(arm, batch, dtype, args.steps)
+                except Exception as error:  # e.g. compile unavailable: say so in the table
+                    rows.append(f"| {batch} | {name} | {arm} | failed: {type(error).__name__} |")
+                    continue
                 base = base or r["ms"]
                 rows.append(
                     f"| {batch} | {name} | {arm} | {r['ms']:.1f} | {batch * 1000 / r['ms']:.0f} | "
-                    f"{base / r['ms']:.2f}x | {r['peak_gib']:.1f} | {r['replays']:.0f} |"
+                    f"{base / r['ms']:.2f}x | {r['peak_gib']:.1f} | {r['replays']:.0f} | "
+                    f"{r['ready_s']:.1f} |"
                 )
                 print(rows[-1], flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
