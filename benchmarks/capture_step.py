@@ -13,13 +13,13 @@ step. ``compile`` is
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from step_timing import median_step_ms
 
 from lucid_capture import NetworkRecorder
 from lucid_testing.capture_models import ConvBNNet, loss_of
@@ -59,16 +59,9 @@ def measure(arm: str, batch: int, steps: int) -> dict[str, float]:
     for _ in range(10):
         step()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(steps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
+    ms = median_step_ms(step, steps)
     return {
-        "ms": statistics.median(times),
+        "ms": ms,
         "peak_mib": torch.cuda.max_memory_allocated() / 2**20,
         "ready_s": ready_s,
     }

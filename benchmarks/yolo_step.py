@@ -16,12 +16,12 @@ after warm-up, from CUDA events; the data loader is not part of a step (see load
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from step_timing import median_step_ms
 
 from lucid_train.losses import PaddedTargets
 from lucid_train.module import DetectModule
@@ -89,19 +89,12 @@ def measure(arm: str, batch: int, dtype: torch.dtype, steps: int) -> dict[str, f
         step()
     torch.cuda.synchronize()
     ready = time.perf_counter() - start
-    times = []
-    for _ in range(steps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end))
+    ms = median_step_ms(step, steps)
     replays = module.network_recorder.stats.replays + module.loss_recorder.stats.replays
     for recorder in (module.network_recorder, module.loss_recorder):
         recorder.reset()
     return {
-        "ms": statistics.median(times),
+        "ms": ms,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
         "ready_s": ready,
         "replays": replays,
