@@ -85,8 +85,11 @@ def _unpadded_eager_route(mp: pytest.MonkeyPatch) -> None:
 def _host_copies_in_the_loss(mp: pytest.MonkeyPatch) -> None:
     from lucid_train.losses import obb, pose, segment
 
-    mp.setattr(obb, "_unit_rbox", lambda like: like.new_tensor(obb._UNIT_RBOX))
-    mp.setattr(segment, "_xyxy", lambda like, x, y: like.new_tensor((x, y, x, y)))
+    def copied(like: Any, values: Any, dtype: Any = None) -> Any:
+        return like.new_tensor(values, dtype=dtype)
+
+    mp.setattr(obb, "filled", copied)
+    mp.setattr(segment, "filled", copied)
     mp.setattr(pose, "_default_constants", pose._default_constants.__wrapped__)
 
 

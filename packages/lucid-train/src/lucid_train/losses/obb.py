@@ -42,6 +42,7 @@ from lucid_train.losses.detection import (
     LossTerms,
     normaliser,
 )
+from lucid_train.losses.fills import filled
 from lucid_train.losses.rotated_iou import (
     encode_rotated,
     probiou,
@@ -70,16 +71,6 @@ ANGLE_ASPECT_LAMBDA = 3.0
 
 # Background anchors read this box (grid units) so every formula stays finite where unused.
 _UNIT_RBOX = (0.0, 0.0, 1.0, 1.0, 0.0)
-
-
-def _unit_rbox(like: Tensor) -> Tensor:
-    """``_UNIT_RBOX`` on ``like``'s device by fills, not a host copy (a recorded loss cannot copy
-    from pageable host memory)."""
-    unit = like.new_zeros(len(_UNIT_RBOX))
-    for i, value in enumerate(_UNIT_RBOX):
-        if value:
-            unit[i].fill_(value)  # ``unit[i] = value`` would copy a host scalar
-    return unit
 
 
 @dataclass(frozen=True)
@@ -192,7 +183,7 @@ def _rotated_parts(
     strides = anchor_strides.float()
     target_px = to_training_angle_range(assignment.gather(targets.rboxes.float()))  # (B, A, 5)
     target = torch.cat((target_px[..., :4] / strides, target_px[..., 4:]), dim=-1)  # grid units
-    target = torch.where(fg.unsqueeze(-1), target, _unit_rbox(target))
+    target = torch.where(fg.unsqueeze(-1), target, filled(target, _UNIT_RBOX))
     # Decoding with unit strides keeps the prediction in grid units, like the targets.
     pred = decode_rotated(branch.boxes, branch.angles, anchor_points, torch.ones_like(strides))
 

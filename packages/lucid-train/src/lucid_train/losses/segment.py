@@ -43,6 +43,7 @@ from lucid_train.losses.detection import (
     ImageSize,
     LossTerms,
 )
+from lucid_train.losses.fills import filled
 from lucid_train.losses.positives import positive_slots, slot_capacity
 from lucid_train.losses.targets import PaddedTargets
 
@@ -75,15 +76,6 @@ class SegmentTargets(PaddedTargets):
     """
 
     masks: Tensor | None = None
-
-
-def _xyxy(like: Tensor, x: float, y: float) -> Tensor:
-    """``(x, y, x, y)`` float32 on ``like``'s device, made by fills: a recorded loss cannot copy
-    from pageable host memory (``torch.tensor`` / ``new_tensor`` of Python numbers would)."""
-    out = like.new_empty(4, dtype=torch.float32)
-    out[0::2].fill_(x)  # ``out[0::2] = x`` would copy a host scalar
-    out[1::2].fill_(y)
-    return out
 
 
 def pad_instance_masks(instance_masks: Tensor, targets: PaddedTargets) -> Tensor:
@@ -136,9 +128,10 @@ def mask_loss(
     target = masks.gather(1, row[..., None, None].expand(-1, -1, h, w)).float()
     box = boxes.float().gather(1, row[..., None].expand(-1, -1, 4))  # (B, P, 4) pixels
 
-    box = box / _xyxy(box, float(image_size[1]), float(image_size[0]))  # image fractions
+    width, height = float(image_size[1]), float(image_size[0])
+    box = box / filled(box, (width, height, width, height), torch.float32)  # image fractions
     area = (box[..., 2] - box[..., 0]) * (box[..., 3] - box[..., 1])  # (B, P)
-    grid = box * _xyxy(box, w, h)
+    grid = box * filled(box, (w, h, w, h), torch.float32)
     cols = torch.arange(w, device=box.device, dtype=torch.float32)
     rows = torch.arange(h, device=box.device, dtype=torch.float32)
     in_x = (cols >= grid[..., 0:1]) & (cols < grid[..., 2:3])  # (B, P, w)
@@ -276,7 +269,7 @@ def mask_aware_overlaps(
     coef = coefficients.float().gather(1, flat[..., None].expand(-1, -1, coefficients.shape[-1]))
     # pixels -> grid cells, as float32 quotients
     sx, sy = np.float32(w) / np.float32(image_size[1]), np.float32(h) / np.float32(image_size[0])
-    scale = _xyxy(pred_boxes.float(), float(sx), float(sy))
+    scale = filled(pred_boxes, (float(sx), float(sy), float(sx), float(sy)), torch.float32)
     grid = pred_boxes.float().gather(1, flat[..., None].expand(-1, -1, 4)) * scale
     cols = torch.arange(w, device=grid.device, dtype=torch.float32)
     rows = torch.arange(h, device=grid.device, dtype=torch.float32)
