@@ -79,6 +79,12 @@ class Recording:
     backwards: dict[GradLayout, Backward] = field(default_factory=dict)
     generation: int = 0  # replays so far; a backward must belong to the latest
 
+    def target_slots(self) -> list[int]:
+        """Per target, its position among the Function's gradient inputs after the call object:
+        the tensor arguments first, then the parameters."""
+        n_args = len(self.tensor_positions)
+        return [index if kind == "arg" else n_args + index for kind, index in self.targets]
+
     def release(self) -> None:
         """Drop the graphs and every static buffer so their pool can be freed."""
         self.forward_graph.reset()
@@ -282,9 +288,7 @@ def record_backward(rec: Recording, grads: Sequence[torch.Tensor | None]) -> Bac
         # One eager pass in this layout first: kernels that pick an algorithm or allocate a
         # workspace on first use (cuDNN, cuBLAS) must not do so under capture.
         with torch.cuda.stream(rec.stream), backward_context(rec.signature):
-            torch.autograd.grad(
-                rec.graph_outputs, rec.target_tensors, views, allow_unused=True, retain_graph=True
-            )
+            _retained_grad(rec, rec.graph_outputs, views)
         torch.cuda.synchronize(device)
         with (
             torch.cuda.graph(
@@ -292,15 +296,7 @@ def record_backward(rec: Recording, grads: Sequence[torch.Tensor | None]) -> Bac
             ),
             backward_context(rec.signature),
         ):
-            static_grads: list[torch.Tensor | None] = list(
-                torch.autograd.grad(
-                    rec.graph_outputs,
-                    rec.target_tensors,
-                    views,
-                    allow_unused=True,
-                    retain_graph=True,
-                )
-            )
+            static_grads = _retained_grad(rec, rec.graph_outputs, views)
         torch.cuda.synchronize(device)
     return Backward(graph, buffers, zeros, static_grads)
 
@@ -314,21 +310,26 @@ def eager_backward(
     Returns one gradient per Function input after the call object: the tensor arguments, then
     the parameters (``None`` where eager gives none: outputs without a gradient are left out)."""
     read = [(out, g) for out, g in zip(rec.graph_outputs, grads, strict=True) if g is not None]
-    n_args = len(rec.tensor_positions)
-    result: list[torch.Tensor | None] = [None] * (n_args + len(rec.params))
+    result: list[torch.Tensor | None] = [None] * (len(rec.tensor_positions) + len(rec.params))
     if not read:
         return result
     with backward_context(rec.signature):
-        got = torch.autograd.grad(
-            [o for o, _ in read],
-            rec.target_tensors,
-            [g for _, g in read],
-            allow_unused=True,
-            retain_graph=True,
-        )
-    for (kind, index), grad in zip(rec.targets, got, strict=True):
-        result[index if kind == "arg" else n_args + index] = grad
+        got = _retained_grad(rec, [o for o, _ in read], [g for _, g in read])
+    for slot, grad in zip(rec.target_slots(), got, strict=True):
+        result[slot] = grad
     return result
+
+
+def _retained_grad(
+    rec: Recording, outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]
+) -> list[torch.Tensor | None]:
+    """Gradients of the targets through the captured forward's graph, which is kept for the
+    next backward recording."""
+    return list(
+        torch.autograd.grad(
+            outputs, rec.target_tensors, grads, allow_unused=True, retain_graph=True
+        )
+    )
 
 
 def _reached(output: torch.Tensor, targets: Sequence[torch.Tensor]) -> frozenset[int]:

@@ -97,16 +97,15 @@ class Replay(torch.autograd.Function):
         # Rule 6: a target reached only through outputs the loss left unread gets None, as in
         # eager autograd, not the graph's zeros (zeros would still feel weight decay and momentum).
         reached = frozenset().union(*(rec.reach[k] for k in read))
-        n_args = len(rec.tensor_positions)
         slots: list[int] = []
         statics: list[torch.Tensor] = []
-        for t, ((kind, index), static_grad) in enumerate(
-            zip(rec.targets, backward.grads, strict=True)
+        for t, (slot, static_grad) in enumerate(
+            zip(rec.target_slots(), backward.grads, strict=True)
         ):
             if static_grad is not None and t in reached:
-                slots.append(index if kind == "arg" else n_args + index)
+                slots.append(slot)
                 statics.append(static_grad)
-        grads: list[torch.Tensor | None] = [None] * (n_args + len(rec.params))
+        grads: list[torch.Tensor | None] = [None] * (len(rec.tensor_positions) + len(rec.params))
         for slot, grad in zip(slots, hand_out(statics), strict=True):
             grads[slot] = grad
         return (None, *grads)
