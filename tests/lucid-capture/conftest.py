@@ -7,9 +7,7 @@ mutation (``python -m lucid_testing.mutations``) shows which tests do; docs/capt
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
 
 import pytest
 import torch
@@ -18,6 +16,7 @@ from lucid_capture import recorder, recording, replay
 from lucid_capture.recorder import Recorder
 from lucid_capture.signature import CallSignature
 from lucid_capture.stats import CaptureStats
+from lucid_testing.mutations import apply_mutation
 
 
 @contextlib.contextmanager
@@ -62,12 +61,5 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
 
 
 @pytest.fixture(autouse=True)
-def _capture_mutation(monkeypatch: pytest.MonkeyPatch) -> Any:
-    name = os.environ.get("LUCID_CAPTURE_MUTATION")
-    if name:
-        if name not in MUTATIONS:
-            raise pytest.UsageError(
-                f"unknown LUCID_CAPTURE_MUTATION {name!r}; one of {sorted(MUTATIONS)}"
-            )
-        MUTATIONS[name](monkeypatch)
-    return name
+def _capture_mutation(monkeypatch: pytest.MonkeyPatch) -> str | None:
+    return apply_mutation("LUCID_CAPTURE_MUTATION", MUTATIONS, monkeypatch)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from lucid_testing.mutations import apply_mutation
 from lucid_train.data.records import Task
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 
@@ -103,11 +103,4 @@ TRAIN_MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
 
 @pytest.fixture(autouse=True)
 def _train_mutation(monkeypatch: pytest.MonkeyPatch) -> str | None:
-    name = os.environ.get("LUCID_TRAIN_MUTATION")
-    if name:
-        if name not in TRAIN_MUTATIONS:
-            raise pytest.UsageError(
-                f"unknown LUCID_TRAIN_MUTATION {name!r}; one of {sorted(TRAIN_MUTATIONS)}"
-            )
-        TRAIN_MUTATIONS[name](monkeypatch)
-    return name
+    return apply_mutation("LUCID_TRAIN_MUTATION", TRAIN_MUTATIONS, monkeypatch)

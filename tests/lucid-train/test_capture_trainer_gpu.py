@@ -23,7 +23,15 @@ from lightning.pytorch.plugins import MixedPrecision
 
 from lucid_capture import Reason
 from lucid_capture.recorder import Recorder
-from lucid_testing.trainer_fits import MIXED, Fit, Layout, differences, run_fit
+from lucid_testing.trainer_fits import (
+    MIXED,
+    Fit,
+    KillAtEpoch,
+    KilledError,
+    Layout,
+    differences,
+    run_fit,
+)
 from lucid_train.module import DetectModule, module_class
 
 pytestmark = pytest.mark.gpu
@@ -235,19 +243,6 @@ def test_fp16_overflow_steps_are_skipped_and_recover_like_eager(
     assert_replayed(replay.module.network_recorder, full=full, partial=partial)
 
 
-class _KilledError(RuntimeError):
-    pass
-
-
-class _KillAtEpoch(L.Callback):
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise _KilledError(f"killed at epoch {self.epoch}")
-
-
 @pytest.mark.parametrize(("first", "then"), [("on", "off"), ("off", "on")])
 def test_a_checkpoint_resumes_across_capture_on_and_off(
     first: str, then: str, small_synthetic: Callable[[str], Path], tmp_path: Path
@@ -256,10 +251,10 @@ def test_a_checkpoint_resumes_across_capture_on_and_off(
     uninterrupted eager run ends: a checkpoint does not know whether capture made it."""
     root = small_synthetic("detect")
     straight = run_fit("detect", root, tmp_path / "straight", capture="off", epochs=3)
-    with pytest.raises(_KilledError):
+    with pytest.raises(KilledError):
         run_fit(
             "detect", root, tmp_path / "killed", capture=first, epochs=3,
-            callbacks=[_KillAtEpoch(2)], checkpoints=True,
+            callbacks=[KillAtEpoch(2)], checkpoints=True,
         )  # fmt: skip
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     resumed = run_fit(

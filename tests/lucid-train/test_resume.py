@@ -11,6 +11,7 @@ import lightning as L
 import pytest
 import torch
 
+from lucid_testing.trainer_fits import KillAtEpoch, KilledError, flat_state
 from lucid_train.data import LucidDataModule
 from lucid_train.module import DetectModule
 from lucid_train.optim import EMACallback
@@ -19,40 +20,10 @@ from lucid_train.runs import build_trainer
 EPOCHS = 3
 
 
-class _KilledError(RuntimeError):
-    pass
-
-
-class _KillAtEpoch(L.Callback):
-    """Dies at the start of ``epoch`` (after the previous epoch's last.ckpt was written)."""
-
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise _KilledError(f"killed at epoch {self.epoch}")
-
-
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Nested state dicts -> ``{dotted key: leaf}``."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    if isinstance(value, list | tuple):
-        out = {}
-        for i, v in enumerate(value):
-            out.update(_flat(v, f"{prefix}{i}."))
-        return out
-    return {prefix.rstrip("."): value}
-
-
 def _final_state(trainer: L.Trainer, module: L.LightningModule) -> dict[str, Any]:
     ema = next(cb for cb in trainer.callbacks if isinstance(cb, EMACallback))  # type: ignore[attr-defined]
     assert ema.ema is not None
-    return _flat(
+    return flat_state(
         {
             "weights": module.state_dict(),
             "optimizer": trainer.optimizers[0].state_dict(),
@@ -90,8 +61,8 @@ def test_killed_and_resumed_run_ends_bitwise_like_an_uninterrupted_one(
     root = small_synthetic("detect")
     straight = _run(root, tmp_path / "straight", [])
 
-    with pytest.raises(_KilledError):
-        _run(root, tmp_path / "killed", [_KillAtEpoch(2)])
+    with pytest.raises(KilledError):
+        _run(root, tmp_path / "killed", [KillAtEpoch(2)])
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     assert torch.load(last, weights_only=False)["epoch"] == 1
     resumed = _run(root, tmp_path / "killed", [], ckpt_path=last)

@@ -19,7 +19,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 RULES = [
     "rule1-live-gradients",
@@ -47,6 +51,19 @@ SUITES: dict[str, tuple[str, list[str]]] = {
     "train": ("LUCID_TRAIN_MUTATION", TRAIN_RULES),
 }
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def apply_mutation(
+    variable: str, table: Mapping[str, Callable[[Any], None]], monkeypatch: Any
+) -> str | None:
+    """In a conftest's autouse fixture: remove the rule that ``$variable`` names (a monkeypatch
+    from ``table``); an unknown name is a usage error, not a silent unmutated run."""
+    name = os.environ.get(variable)
+    if name:
+        if name not in table:
+            raise pytest.UsageError(f"unknown {variable} {name!r}; one of {sorted(table)}")
+        table[name](monkeypatch)
+    return name
 
 
 def selection(suite: str, gpu: bool) -> list[str]:

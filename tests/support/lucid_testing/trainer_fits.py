@@ -221,7 +221,7 @@ def end_state(trainer: L.Trainer, module: YOLOModule, probe: Probe) -> dict[str,
         state[f"schedule/{key}"] = value
     ema = next(cb for cb in trainer.callbacks if isinstance(cb, EMACallback))  # type: ignore[attr-defined]
     if ema.ema is not None:
-        for key, value in _flat(ema.ema.state_dict()).items():
+        for key, value in flat_state(ema.ema.state_dict()).items():
             state[f"ema/{key}"] = value
     for key, value in trainer.callback_metrics.items():
         state[f"metric/{key}"] = value
@@ -235,13 +235,34 @@ def end_state(trainer: L.Trainer, module: YOLOModule, probe: Probe) -> dict[str,
     return state
 
 
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+def flat_state(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested state dicts (and lists) -> ``{dotted key: leaf}``."""
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
         for k, v in value.items():
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flat_state(v, f"{prefix}{k}."))
+        return out
+    if isinstance(value, list | tuple):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(flat_state(v, f"{prefix}{i}."))
         return out
     return {prefix.rstrip("."): value}
+
+
+class KilledError(RuntimeError):
+    """Raised by `KillAtEpoch`: the run died."""
+
+
+class KillAtEpoch(L.Callback):
+    """Dies at the start of ``epoch`` (after the previous epoch's last.ckpt was written)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise KilledError(f"killed at epoch {self.epoch}")
 
 
 def same(a: Any, b: Any) -> bool:
