@@ -168,6 +168,24 @@ def test_gradient_in_another_layout_than_the_output_matches_eager(
     assert recorder.stats.backward_recordings == 1
 
 
+def test_a_layout_whose_sum_has_other_bits_is_read_as_eager_reads_it() -> None:
+    """Rule 9 where it changes the result: on this GPU the offset's gradient, summed over the
+    transposed layout the loss hands back, has other bits than the same values summed
+    contiguously (asserted first, so the test cannot pass vacuously); the replay must match."""
+    g = torch.randn(8, 64 * 64, 8, generator=torch.Generator().manual_seed(1)).cuda()
+    as_handed = g.transpose(1, 2).unflatten(2, (64, 64))
+    assert not bitwise_equal(as_handed.sum((0, 2, 3)), as_handed.contiguous().sum((0, 2, 3))), (
+        "both layouts sum to the same bits here: enlarge the batch so the test can fail"
+    )
+    xs = batches("offset_head", [8] * 4, hw=128)
+    kw: dict[str, Any] = {"loss_fn": reshaped_loss, "inputs": xs}
+    eager, _ = train("offset_head", capture=False, **kw)
+    replay, recorder = train("offset_head", capture=True, **kw)
+    assert_same_training(eager, replay)
+    assert recorder is not None and recorder.stats.replays == len(xs)
+    assert recorder.stats.backward_recordings == 1
+
+
 def test_each_gradient_layout_gets_its_own_backward_recording() -> None:
     """Rule 9 when the layout changes between steps: a second backward recording, same result."""
 

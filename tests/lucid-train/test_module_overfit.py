@@ -49,4 +49,5 @@ def test_gpu_overfit_reaches_its_floor(task: str, capture: str, tmp_path: Path) 
         )
     spec = replace(OverfitSpec(**doc["spec"]), capture=capture)  # type: ignore[arg-type]
     metrics = run_overfit(spec, tmp_path)
+    print(f"{task} capture {capture}: {metrics}")  # the figures docs/gpu-results.md quotes (-rP)
     assert metrics["mAP50-95"] >= float(doc["floor"]), metrics  # type: ignore[arg-type]

@@ -136,6 +136,20 @@ class FlatHeadNet(nn.Module):
         return self.head(F.silu(self.stem(x))).flatten(2).transpose(1, 2)
 
 
+class OffsetHeadNet(FlatHeadNet):
+    """``FlatHeadNet`` plus a broadcast per-channel offset: autograd sums the offset's gradient
+    over the incoming gradient in the layout it arrives in, with no copy first, so two layouts
+    of the same values can give different bits (the case rule 9 exists for)."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__(width)
+        self.offset = nn.Parameter(torch.zeros(1, 8, 1, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.head(F.silu(self.stem(x))) + self.offset
+        return out.flatten(2).transpose(1, 2)
+
+
 MODELS: dict[str, Callable[[], nn.Module]] = {
     "convbn": lambda: ConvBNNet(attention=False),
     "convbn_attention": lambda: ConvBNNet(attention=True),
@@ -143,6 +157,7 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "two_outputs": TwoOutputNet,
     "custom_backward": CustomBackwardNet,
     "flat_head": FlatHeadNet,
+    "offset_head": OffsetHeadNet,
     "host_checked": HostCheckedNet,
 }
 
@@ -150,7 +165,7 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
 def batches(model: str, sizes: Sequence[int], seed: int = 0, hw: int = 32) -> list[torch.Tensor]:
     """Deterministic CPU inputs for ``model``, one per batch size in ``sizes``."""
     g = torch.Generator().manual_seed(seed)
-    if model.startswith("convbn") or model == "flat_head":
+    if model.startswith("convbn") or model.endswith("_head"):
         return [torch.randn(n, 3, hw, hw, generator=g) for n in sizes]
     width = 32 if model == "dropout" else 16
     return [torch.randn(n, width, generator=g) for n in sizes]
