@@ -93,11 +93,23 @@ def _host_copies_in_the_loss(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(pose, "_default_constants", pose._default_constants.__wrapped__)
 
 
+def _sums_by_length(mp: pytest.MonkeyPatch) -> None:
+    from lucid_train.losses import flow, pose, segment
+
+    def plain_sum(values: torch.Tensor) -> torch.Tensor:
+        return values.sum()
+
+    mp.setattr(pose, "positional_sum", plain_sum)
+    mp.setattr(segment, "positional_sum", plain_sum)
+    mp.setattr(flow, "_run", lambda net, x: net(x))
+
+
 TRAIN_MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "train-tensor-prog-weight": _float_prog_weight,
     "train-targets-by-task": _targets_by_batch,
     "train-padded-eager-route": _unpadded_eager_route,
     "train-loss-host-free": _host_copies_in_the_loss,
+    "train-capacity-invariant-sums": _sums_by_length,
 }
 
 

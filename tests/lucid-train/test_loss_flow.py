@@ -85,3 +85,39 @@ def test_starts_near_the_standard_normal() -> None:
     normal = -0.5 * x.square().sum(-1) - math.log(2 * math.pi)
     with torch.no_grad():
         assert (flow.log_prob(x) - normal).abs().mean() < 1.0
+
+
+def test_parameter_gradients_are_nn_linears_and_ignore_appended_zero_gradient_rows() -> None:
+    # The flow reduces its parameter gradients per leading index, then across by position: the
+    # same gradients as nn.Linear's to rounding, and bitwise unchanged by appended entries of
+    # the leading axis whose gradient is zero (the pose loss's empty slots).
+    flow = _perturbed_flow(seed=3).float()
+    x = torch.randn(5, 3, 4, 2)
+
+    def grads(
+        points: torch.Tensor, weight: torch.Tensor, plain: bool = False
+    ) -> list[torch.Tensor]:
+        flow.zero_grad(set_to_none=True)
+        log_prob = _plain_log_prob(flow, points) if plain else flow(points)
+        (log_prob * weight).sum().backward()
+        return [p.grad.clone() for p in flow.parameters() if p.grad is not None]
+
+    weight = torch.rand(5, 3, 4)
+    ours = grads(x, weight)
+    torch.testing.assert_close(ours, grads(x, weight, plain=True), atol=1e-6, rtol=1e-5)
+    wider = torch.cat([x, torch.randn(6, 3, 4, 2)])
+    wider_weight = torch.cat([weight, torch.zeros(6, 3, 4)])
+    assert all(torch.equal(a, b) for a, b in zip(ours, grads(wider, wider_weight), strict=True))
+
+
+def _plain_log_prob(flow: RealNVP, x: torch.Tensor) -> torch.Tensor:
+    """The flow's density through the nn.Sequential nets themselves (autograd's gradients)."""
+    z = x
+    log_det = x.new_zeros(x.shape[:-1])
+    for i in reversed(range(len(flow.scale_nets))):
+        kept = flow.keep[i] * z
+        move = 1.0 - flow.keep[i]
+        s, t = flow.scale_nets[i](kept) * move, flow.shift_nets[i](kept) * move
+        z = kept + move * (z - t) * torch.exp(-s)
+        log_det = log_det - s.sum(dim=-1)
+    return -0.5 * z.square().sum(dim=-1) - math.log(2 * math.pi) + log_det

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from lucid_train.data import LucidDataModule
 from lucid_train.data.records import Task
 from lucid_train.data.transport import Batch
 from lucid_train.losses import PaddedTargets, capacity_fits, pad_targets
+from lucid_train.losses.segment import with_instance_masks
+from lucid_train.module import CAPTURE_CAPACITY, module_class
 
 
 def _batch(counts: list[int], *, obb: bool = False, keypoints: int = 0) -> Batch:
@@ -116,3 +119,74 @@ def test_pads_a_datamodule_batch(task: Task, small_synthetic: Callable[[Task], P
         assert t.rboxes is not None and torch.equal(t.rboxes[t.mask], batch.rboxes)
     else:
         assert t.keypoints is not None and torch.equal(t.keypoints[t.mask], batch.keypoints)
+
+
+def _without_image(batch: Batch, image: int) -> Batch:
+    """``batch`` with every instance of ``image`` removed (its picture kept, its masks emptied)."""
+    keep = batch.batch_idx != image
+    flat = {"batch_idx", "labels", "boxes", "difficult", "keypoints"}
+    if batch.rboxes.shape[0] == keep.shape[0]:
+        flat.add("rboxes")
+    fields = {
+        f.name: getattr(batch, f.name)[keep] if f.name in flat else getattr(batch, f.name)
+        for f in dataclasses.fields(batch)
+    }
+    if fields["instance_map"].numel():
+        fields["instance_map"] = fields["instance_map"].clone()
+        fields["instance_map"][image] = 0
+    return Batch(**fields)
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_the_loss_is_bitwise_invariant_to_the_padding_capacity(
+    task: Task, small_synthetic: Callable[[Task], Path]
+) -> None:
+    # Capture pads the targets to CAPTURE_CAPACITY, eager to each batch's largest count: the two
+    # fits must train alike, so loss, terms and every gradient are equal bit for bit. Padding
+    # rows (and the positive slots that grow with them, in segment and pose) must not regroup
+    # any float sum, the pose flow's parameter gradients included.
+    dm = LucidDataModule(task, small_synthetic(task), img_size=64, batch_size=4, num_workers=0)
+    dm.setup("fit")
+    s = dm.schema
+    torch.manual_seed(0)
+    module = module_class(task)(
+        num_classes=s.num_classes,
+        num_keypoints=s.num_keypoints if task == "pose" else None,
+        flip_index=s.flip_index,
+        img_size=64,
+    )
+    module.train()
+    batch = _without_image(next(iter(dm.train_dataloader())), 1)
+    counts = batch.counts().tolist()
+    assert counts[1] == 0 and len(set(counts)) > 2 and max(counts) < 17, counts
+    images = batch.float_images()
+
+    def run(capacity: int | None) -> list[torch.Tensor]:
+        targets = pad_targets(batch, capacity=capacity, rotated=task == "obb")
+        if task == "segment":
+            targets = with_instance_masks(targets, batch.instance_masks())
+        assert targets.capacity == (capacity or max(counts))
+        module.zero_grad(set_to_none=True)
+        output = module.forward_network(images)
+        heads = [
+            t
+            for branch in (output.one2many, output.one2one)
+            for f in dataclasses.fields(branch)
+            if isinstance(t := getattr(branch, f.name), torch.Tensor)
+        ]
+        for t in heads:
+            t.retain_grad()
+        terms = module.criterion(output, targets, module.o2m_weight, (64, 64))
+        terms.total.backward()
+        grads = [t.grad for t in heads] + [p.grad for p in module.parameters()]
+        assert all(g is not None for g in grads[: len(heads)])
+        return [terms.total.detach(), terms.items.detach()] + [g for g in grads if g is not None]
+
+    own = run(None)
+    for capacity in (17, CAPTURE_CAPACITY):
+        padded = run(capacity)
+        assert len(padded) == len(own)
+        unequal = [
+            i for i, (a, b) in enumerate(zip(own, padded, strict=True)) if not torch.equal(a, b)
+        ]
+        assert not unequal, f"{task}: capacity {capacity} changes results {unequal}"

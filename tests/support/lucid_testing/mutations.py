@@ -41,10 +41,12 @@ TRAIN_RULES = [
     "train-targets-by-task",
     "train-padded-eager-route",
     "train-loss-host-free",
+    "train-capacity-invariant-sums",
 ]
 TRAIN_CPU_TESTS = [
     "tests/lucid-train/test_capture_wiring.py",
     "tests/lucid-train/test_loss_capturable.py",
+    "tests/lucid-train/test_loss_targets.py",
 ]
 SUITES: dict[str, tuple[str, list[str]]] = {
     "capture": ("LUCID_CAPTURE_MUTATION", RULES),

@@ -24,7 +24,11 @@ Facts of the authors' YOLO26 pose loss (Ultralytics 8.4) that this follows:
   leaves a box nothing), as the authors' pose assigner does (assumptions.md T33).
 
 Positives are packed into fixed slots (:mod:`lucid_train.losses.positives`); labelled points
-are selected by masks. No host synchronisation, static shapes.
+are selected by masks. No host synchronisation, static shapes. The slots grow with the target
+capacity ``M``, so the terms do not depend on it even in the last bit: their sums run by
+position (:func:`~lucid_train.losses.positives.positional_sum`) and the flow sees the slots on
+its leading axis, over which it sums its parameter gradients by position too
+(:class:`~lucid_train.losses.flow.RealNVP`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from lucid_train.assign.overlaps import pairwise_ciou
 from lucid_train.evaluation.coco_eval import keypoint_sigmas
 from lucid_train.losses.detection import BranchResult, DetectionLoss, ImageSize, LossTerms
 from lucid_train.losses.flow import RealNVP
-from lucid_train.losses.positives import positive_slots, slot_capacity
+from lucid_train.losses.positives import positional_sum, positive_slots, slot_capacity
 from lucid_train.losses.targets import PaddedTargets
 
 __all__ = [
@@ -109,7 +113,8 @@ def _rle_loss(
     """Mean RLE over labelled points (before the clamp at 0).
 
     Args:
-        pred: ``(..., K, 2)`` predicted points, stride units, float32.
+        pred: ``(S, ..., K, 2)`` predicted points, stride units, float32; ``S`` the slots
+            (the flow's leading axis: appended empty slots leave every bit unchanged).
         raw_sigma: ``(..., K, 2)`` raw sigma logits (any float dtype).
         target: ``(..., K, 2)`` float32.
         labelled: ``(..., K)`` bool.
@@ -133,7 +138,7 @@ def _rle_loss(
     # The island's log-sigma reads sigma + 1e-9; the authors' reads sigma (twice per axis).
     per_point = per_point + 2.0 * (sigma.log() - sigma_eps.log()).sum(-1)
     per_point = torch.where(keep, per_point * weights.to(per_point.device), 0.0)
-    return per_point.sum() / keep.sum().clamp(min=1)
+    return positional_sum(per_point) / keep.sum().clamp(min=1)
 
 
 def keypoint_terms(
@@ -199,17 +204,21 @@ def keypoint_terms(
     dist2 = (pred_xy - gt_xy).square().sum(-1)  # (B, P, K)
     e = dist2 / ((2 * sigmas).square() * (area[..., None] + 1e-9) * 2)
     factor = num_kpt / (labelled.sum(-1, keepdim=True) + 1e-9)  # (B, P, 1)
-    pose = torch.where(labelled, factor * (1 - torch.exp(-e)), 0.0).sum() / slots_k
+    pose = positional_sum(torch.where(labelled, factor * (1 - torch.exp(-e)), 0.0)) / slots_k
 
     vis_target = (gt[..., 2] != 0).float()
     bce = F.binary_cross_entropy_with_logits(raw[..., 2], vis_target, reduction="none")
-    kobj = torch.where(valid[..., None], bce, 0.0).sum() / slots_k
+    kobj = positional_sum(torch.where(valid[..., None], bce, 0.0)) / slots_k
 
     if branch.keypoint_sigmas is None:
         rle = pose.new_zeros(())
     else:
         raw_sigma = slots.gather(branch.keypoint_sigmas)  # (B, P, K, 2)
-        rle = _rle_loss(pred_xy, raw_sigma, gt_xy, labelled, weights, flow).clamp(min=0)
+        # Slots first: the flow sums its parameter gradients over its leading axis by position.
+        pred_s, sigma_s, gt_s, labelled_s = (
+            t.transpose(0, 1) for t in (pred_xy, raw_sigma, gt_xy, labelled)
+        )
+        rle = _rle_loss(pred_s, sigma_s, gt_s, labelled_s, weights, flow).clamp(min=0)
     return LossTerms.from_parts(
         [("pose", gains.pose * pose), ("kobj", gains.kobj * kobj), ("rle", gains.rle * rle)]
     )

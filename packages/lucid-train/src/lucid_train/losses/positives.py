@@ -5,6 +5,12 @@ The mask loss (an ``h x w`` logit map per positive) and the keypoint flow cannot
 ``P`` slots filled with its positives in anchor order, the rest marked empty, using a stable sort
 (static shapes, no host synchronisation, deterministic order).
 
+``P`` follows the target capacity ``M``, so a sum over the slots must not regroup with it: a
+float sum whose length changes groups its terms differently (``torch.sum`` splits by length and
+threads), and padding the same batch to another ``M`` would change the loss in its last bits.
+:func:`positional_sum` adds by a pairwise tree fixed by position instead, so empty slots (exact
+zeros) appended to an axis leave the result bitwise unchanged.
+
 ``P`` bounds the positives of an image without loss only if it is at least the assigner's
 per-ground-truth cap times ``M``: top-k keeps at most ``topk`` anchors per ground truth and
 conflicts only remove positives, so :func:`slot_capacity` gives that bound
@@ -16,11 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from lucid_train.assign.tal import TaskAlignedAssigner
 
-__all__ = ["PositiveSlots", "positive_slots", "slot_capacity"]
+__all__ = ["PositiveSlots", "fold_sum", "positional_sum", "positive_slots", "slot_capacity"]
 
 
 @dataclass
@@ -59,3 +66,32 @@ def positive_slots(fg: Tensor, capacity: int) -> PositiveSlots:
     valid = fg.gather(1, order)
     dropped = (fg.sum(1) - capacity).clamp(min=0)
     return PositiveSlots(anchor=torch.where(valid, order, 0), valid=valid, dropped=dropped)
+
+
+def fold_sum(values: Tensor, dim: int) -> Tensor:
+    """Sum over ``dim`` by a pairwise tree fixed by position: ``dim`` is zero-padded to a power
+    of two and folded in halves (element ``i`` plus element ``i + half``) until one is left.
+
+    Zeros appended along ``dim`` leave the result bitwise unchanged (they only ever add an exact
+    0 to a partial sum), whatever the length; only elementwise adds run, so no host read.
+    """
+    x = values.movedim(dim, -1)
+    n = x.shape[-1]
+    if n == 0:
+        return x.sum(-1)
+    width = 1 << (n - 1).bit_length()
+    if width > n:
+        x = F.pad(x, (0, width - n))
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x.squeeze(-1)
+
+
+def positional_sum(values: Tensor) -> Tensor:
+    """0-d sum of every element, by :func:`fold_sum` over each axis (last first): bitwise
+    unchanged by zeros appended along any axis, e.g. empty slots when ``P`` grows with ``M``."""
+    total = values
+    for dim in reversed(range(values.dim())):
+        total = fold_sum(total, dim)
+    return total

@@ -44,7 +44,7 @@ from lucid_train.losses.detection import (
     LossTerms,
 )
 from lucid_train.losses.fills import filled
-from lucid_train.losses.positives import positive_slots, slot_capacity
+from lucid_train.losses.positives import positional_sum, positive_slots, slot_capacity
 from lucid_train.losses.targets import PaddedTargets
 
 __all__ = [
@@ -142,7 +142,7 @@ def mask_loss(
     per_slot = torch.where(crop, bce, 0.0).mean(dim=(-2, -1))  # (B, P)
     area = torch.where(valid, area, 1.0)  # empty slots: keep the division finite
     per_slot = torch.where(valid, per_slot / area, 0.0)
-    return per_slot.sum() / valid.sum().clamp(min=1)
+    return positional_sum(per_slot) / valid.sum().clamp(min=1)  # bitwise the same for any M
 
 
 def semantic_target(masks: Tensor, labels: Tensor, valid: Tensor, num_classes: int) -> Tensor:
