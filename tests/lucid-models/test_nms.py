@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from lucid_models import batched_nms, box_iou
+from lucid_models import batched_nms, box_iou, nms
 
 
 def _naive_iou(a: list[float], b: list[float]) -> float:
@@ -76,3 +76,19 @@ def test_tied_scores_keep_the_lower_index() -> None:
     boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0]] * 2)
     keep = batched_nms(boxes, torch.tensor([0.5, 0.5]), torch.tensor([0, 0]), 0.5)
     assert keep.tolist() == [0]
+
+
+@pytest.mark.parametrize("block", [7, 64])
+def test_blocks_of_the_greedy_pass_keep_what_one_pass_keeps(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host pass runs block by block; boxes kept in earlier blocks suppress later ones,
+    and ``max_keep`` stops inside a block: the same indices as the reference either way."""
+    monkeypatch.setattr(nms, "_BLOCK", block)
+    boxes, scores, labels = _random_boxes(200, 4)
+    reference = _naive_nms(boxes, scores, labels, 0.4)
+    assert batched_nms(boxes, scores, labels, 0.4).tolist() == reference
+    assert (
+        batched_nms(boxes, scores, labels, 0.4, max_keep=block + 3).tolist()
+        == (reference[: block + 3])
+    )

@@ -101,6 +101,32 @@ def test_stream_is_identical_for_any_number_of_workers(
         assert torch.equal(x.boxes, y.boxes)
 
 
+def test_persistent_workers_give_each_epoch_the_batches_of_a_fresh_loader(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    """Workers kept across epochs (the default) still follow the sampler's epoch."""
+
+    def epochs(persistent: bool) -> list[list[Batch]]:
+        dm = _dm(small_synthetic, "detect", persistent_workers=persistent)
+        dm.num_workers = 2
+        loader = dm.train_dataloader()
+        assert loader.persistent_workers is persistent
+        sampler = loader.sampler
+        assert isinstance(sampler, EpochSampler)
+        out = []
+        for epoch in (0, 1):
+            sampler.set_epoch(epoch)
+            out.append(list(loader))
+        return out
+
+    kept, fresh = epochs(True), epochs(False)
+    assert not torch.equal(kept[0][0].images, kept[1][0].images)
+    for a, b in zip(kept, fresh, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert torch.equal(x.images, y.images)
+            assert torch.equal(x.boxes, y.boxes)
+
+
 def test_close_mosaic_applies_to_the_final_epochs(small_synthetic: Callable[[Task], Path]) -> None:
     """close_mosaic=2 with 5 epochs: epochs 3 and 4 train without mosaic."""
     dm = _dm(small_synthetic, "detect", augment=AugmentConfig(close_mosaic=2))

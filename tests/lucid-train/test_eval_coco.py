@@ -4,6 +4,7 @@ labels back to category ids, and scores masks and keypoints with the stated sigm
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 from typing import Any
 
@@ -180,3 +181,17 @@ def test_an_image_without_detections_adds_nothing_even_with_keypoints() -> None:
         1, np.zeros((0, 4)), np.zeros(0), np.zeros(0, np.int64), keypoints=np.zeros((0, 2, 3))
     )
     assert evaluator.detections == []
+
+
+def test_scoring_leaves_the_collected_detections_as_they_were() -> None:
+    """pycocotools adds keys to the result dicts it loads; ours stay unchanged, so a second
+    scoring of the same detections gives the same numbers."""
+    ev = CocoEvaluator(_gt(), category_ids=(5, 9), iou_types=("bbox", "segm"))
+    masks = np.zeros((1, 200, 200), bool)
+    masks[0, 20:110, 10:110] = True
+    ev.add(1, [[10, 20, 110, 110]], [0.9], [0], masks=masks)
+    ev.add(2, [[50, 60, 90, 140]], [0.8], [1], masks=np.zeros((1, 200, 200), bool))
+    before = copy.deepcopy(ev.detections)
+    first = ev.compute()
+    assert ev.detections == before
+    assert ev.compute() == first

@@ -12,6 +12,8 @@ from torch import Tensor
 
 __all__ = ["batched_nms", "box_iou"]
 
+_BLOCK = 256  # boxes compared with each other at once (a block x block IoU matrix)
+
 
 def box_iou(boxes1: Tensor, boxes2: Tensor) -> Tensor:
     """Pairwise IoU of ``(N, 4)`` and ``(M, 4)`` ``(x1, y1, x2, y2)`` boxes -> ``(N, M)``.
@@ -40,28 +42,40 @@ def batched_nms(
         boxes: ``(N, 4)`` ``(x1, y1, x2, y2)``.
         scores: ``(N,)``.
         labels: ``(N,)`` integer classes; boxes of different classes never suppress each other.
-        iou_threshold: a box is dropped when its IoU with a kept box exceeds this.
+        iou_threshold: a box is dropped when its IoU with a kept box exceeds this (or is NaN).
         max_keep: stop after this many kept boxes (the result is then exactly the first
             ``max_keep`` of the unbounded result).
 
     Returns:
         ``(K,)`` int64 indices into the inputs, in descending score order.
     """
-    if boxes.numel() == 0:
+    limit = len(boxes) if max_keep is None else min(max_keep, len(boxes))
+    if boxes.numel() == 0 or limit <= 0:
         return torch.empty(0, dtype=torch.long, device=boxes.device)
     order = scores.argsort(descending=True, stable=True)
     sorted_boxes = boxes[order].float()
     # Shift each class to its own region of the plane so one IoU pass is class-wise.
     span = sorted_boxes.max() - sorted_boxes.min() + 1
     sorted_boxes = sorted_boxes + (labels[order].to(sorted_boxes) * span)[:, None]
-    alive = torch.ones(len(order), dtype=torch.bool, device=boxes.device)
-    keep: list[Tensor] = []
-    limit = len(order) if max_keep is None else max_keep
-    # Each pass keeps the best live box and kills its overlaps: at most `limit` passes.
-    while len(keep) < limit and bool(alive.any()):
-        best = int(alive.to(torch.uint8).argmax())  # first live position = highest live score
-        keep.append(order[best])
-        overlap = box_iou(sorted_boxes[best : best + 1], sorted_boxes)[0]  # (N,)
-        alive &= overlap <= iou_threshold
-        alive[best] = False
-    return torch.stack(keep)
+    # The greedy pass runs on the host over each block's clash matrix, fetched in one transfer:
+    # a device loop would wait on the device twice per kept box (hundreds per image).
+    kept: list[int] = []  # positions in score order
+    for start in range(0, len(order), _BLOCK):
+        block = sorted_boxes[start : start + _BLOCK]
+        alive = torch.ones(len(block), dtype=torch.bool, device=block.device)
+        if kept:
+            earlier = sorted_boxes[torch.tensor(kept, device=block.device)]
+            alive &= (box_iou(earlier, block) <= iou_threshold).all(0)
+        clashes = (~(box_iou(block, block) <= iou_threshold)).cpu()
+        live = alive.tolist()
+        for i, is_live in enumerate(live):
+            if not is_live:
+                continue
+            kept.append(start + i)
+            if len(kept) == limit:
+                break
+            for j in clashes[i, i + 1 :].nonzero().flatten().tolist():
+                live[i + 1 + j] = False
+        if len(kept) == limit:
+            break
+    return order[torch.tensor(kept, dtype=torch.long, device=boxes.device)]

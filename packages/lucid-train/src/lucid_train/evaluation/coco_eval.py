@@ -113,7 +113,10 @@ def run_cocoeval(
     if not detections:
         return dict.fromkeys(names, 0.0)
     with contextlib.redirect_stdout(io.StringIO()):
-        dt = gt.loadRes(copy.deepcopy(detections))
+        # loadRes and COCOeval add keys to each result dict (id, area, a box's polygon) and
+        # replace a mask's segmentation; they never change a value in place, so copying the
+        # dicts keeps ours intact (a deep copy cost ~0.6 s per path and epoch at 300 per image).
+        dt = gt.loadRes([dict(d) for d in detections])
         ev = COCOeval(gt, dt, iou_type)
         if iou_type == "keypoints" and kpt_sigmas is not None:
             ev.params.kpt_oks_sigmas = np.asarray(kpt_sigmas, np.float64)
