@@ -40,8 +40,8 @@ from lucid_train.losses.detection import (
     DetectionLoss,
     ImageSize,
     LossTerms,
-    normaliser,
 )
+from lucid_train.losses.detection import normaliser as branch_normaliser
 from lucid_train.losses.fills import filled
 from lucid_train.losses.rotated_iou import (
     encode_rotated,
@@ -157,7 +157,7 @@ def rotated_box_terms(
     Raises:
         ValueError: the branch has no angles or the targets no rboxes.
     """
-    norm = assignment.target_scores.sum().clamp(min=1) if normaliser is None else normaliser
+    norm = branch_normaliser(assignment) if normaliser is None else normaliser
     box, l1, angle = _rotated_parts(
         branch, anchor_points, anchor_strides, assignment, targets, image_size, norm
     )
@@ -271,7 +271,7 @@ class OrientedLoss(DetectionLoss):
     ) -> LossTerms:
         """Gained ``box`` (ProbIoU), ``cls``, ``l1`` (rotated) and ``angle`` terms."""
         del pred_boxes
-        norm = normaliser(assignment)
+        norm = branch_normaliser(assignment)
         bce = F.binary_cross_entropy_with_logits(
             branch.logits.float(), assignment.target_scores, reduction="none"
         )
