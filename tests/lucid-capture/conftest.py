@@ -35,6 +35,14 @@ def _output_layout(
     return buffer, buffer, ()
 
 
+@contextlib.contextmanager
+def _bare_capture(
+    graph: torch.cuda.CUDAGraph, pool: object, stream: torch.cuda.Stream
+) -> Iterator[None]:
+    with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+        yield
+
+
 def _lifecycle(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(Recorder, "reset", lambda self: None)
     mp.setattr(Recorder, "release", lambda self: None)
@@ -55,6 +63,7 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "rule5-warmup-hygiene": lambda mp: mp.setattr(recording, "preserved_state", _no_restore),
     "rule6-unread-outputs": lambda mp: mp.setattr(recording, "_reached", _reach_everything),
     "rule7-reasons": lambda mp: mp.setattr(CaptureStats, "count_eager", lambda self, *a: None),
+    "rule7-failed-capture-cleanup": lambda mp: mp.setattr(recording, "_captured", _bare_capture),
     "rule8-lifecycle": _lifecycle,
     "rule9-gradient-layout": lambda mp: mp.setattr(recording, "_gradient_buffer", _output_layout),
 }

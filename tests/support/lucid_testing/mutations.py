@@ -33,6 +33,7 @@ RULES = [
     "rule5-warmup-hygiene",
     "rule6-unread-outputs",
     "rule7-reasons",
+    "rule7-failed-capture-cleanup",
     "rule8-lifecycle",
     "rule9-gradient-layout",
 ]

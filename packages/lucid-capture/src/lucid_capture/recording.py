@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,6 +123,25 @@ def _gc_held() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def _captured(graph: torch.cuda.CUDAGraph, pool: Any, stream: torch.cuda.Stream) -> Iterator[None]:
+    """``torch.cuda.graph`` that leaves the CUDA random generators usable when capture fails.
+
+    A capture that raises never reaches the generators' capture epilogue: each stays marked as
+    capturing, and the process's next random op outside a graph raises "Offset increment outside
+    graph capture". One empty capture runs the prologue/epilogue pair again and clears the mark;
+    the eager offset is untouched (a capture counts its draws apart from it)."""
+    try:
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
+            yield
+    except BaseException:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "The CUDA Graph is empty": on purpose
+            with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=stream):
+                pass
+        raise
+
+
 def _alias(t: torch.Tensor) -> torch.Tensor:
     # Leaves (parameters, static inputs) keep their identity, as eager's saved_tensors give them
     # back: a Function's backward may look its parameters up by identity.
@@ -213,12 +233,7 @@ def record(
         pool = torch.cuda.graph_pool_handle()
         forward_graph = torch.cuda.CUDAGraph()
         with _gc_held():
-            with (
-                torch.cuda.graph(
-                    forward_graph, pool=pool, stream=stream, capture_error_mode="thread_local"
-                ),
-                _saved_by_address(),
-            ):
+            with _captured(forward_graph, pool, stream), _saved_by_address():
                 outs, rebuild = run_forward()
             differentiable = [i for i, o in enumerate(outs) if o.requires_grad]
             if not target_tensors:
@@ -290,12 +305,7 @@ def record_backward(rec: Recording, grads: Sequence[torch.Tensor | None]) -> Bac
         with torch.cuda.stream(rec.stream), backward_context(rec.signature):
             _retained_grad(rec, rec.graph_outputs, views)
         torch.cuda.synchronize(device)
-        with (
-            torch.cuda.graph(
-                graph, pool=rec.pool, stream=rec.stream, capture_error_mode="thread_local"
-            ),
-            backward_context(rec.signature),
-        ):
+        with _captured(graph, rec.pool, rec.stream), backward_context(rec.signature):
             static_grads = _retained_grad(rec, rec.graph_outputs, views)
         torch.cuda.synchronize(device)
     return Backward(graph, buffers, zeros, static_grads)
