@@ -51,9 +51,9 @@ class OverfitSpec:
     images: int = 4
     img_size: int = 128
     batch_size: int = 2
-    epochs: int = 60
+    epochs: int = 100
     optimizer: str = "AdamW"
-    lr0: float | None = 0.004
+    lr0: float | None = 0.002
     warmup_epochs: float = 2.0
     precision: str = "32-true"
     accelerator: str = "cpu"

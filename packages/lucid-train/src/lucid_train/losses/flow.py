@@ -9,68 +9,18 @@ default), so the flow starts close to the identity. The prior is the 2-D standar
 
 Calling the module returns ``log_prob``, so it can be handed directly to
 ``lucid_kernels.rle_negative_log_likelihood`` (which then also finds its parameters).
-
-Parameter gradients are summed per index of the input's leading axis and then across that axis
-by a pairwise tree fixed by position (:func:`~lucid_train.losses.positives.fold_sum`), not by
-one matrix product over all rows: the pose loss puts its positive slots on that axis, and their
-number grows with the target capacity, so a product over every row would regroup its sum (and
-change the gradient's last bits) with the padding. Entries appended along the leading axis with
-zero gradient (empty slots) leave the gradients bitwise unchanged. The values are the plain
-``nn.Linear`` ones.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import FunctionCtx
-
-from lucid_train.losses.positives import fold_sum
 
 __all__ = ["RealNVP"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-
-class _LeadingAxisLinear(torch.autograd.Function):
-    """``F.linear`` whose weight and bias gradients are reduced per index of the input's leading
-    axis (a batched product over the other rows) and then across it by :func:`fold_sum`."""
-
-    @staticmethod
-    def forward(ctx: FunctionCtx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-        ctx.save_for_backward(x, weight)
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-        x, weight = ctx.saved_tensors
-        need_x, need_w, need_b = ctx.needs_input_grad
-        grad = grad.to(torch.promote_types(x.dtype, weight.dtype))
-        grad_x = (grad @ weight.to(grad.dtype)).to(x.dtype) if need_x else None
-        lead = x.shape[0] if x.dim() > 1 else 1
-        rows = grad.reshape(lead, -1, grad.shape[-1])  # (L, R, out)
-        grad_w = grad_b = None
-        if need_w:
-            per_lead = torch.bmm(rows.transpose(1, 2), x.reshape(lead, -1, x.shape[-1]).to(grad))
-            grad_w = fold_sum(per_lead, 0).to(weight.dtype)  # (out, in)
-        if need_b:
-            grad_b = fold_sum(fold_sum(rows, 1), 0).to(weight.dtype)  # (out,)
-        return grad_x, grad_w, grad_b
-
-
-def _run(net: nn.Module, x: Tensor) -> Tensor:
-    """``net(x)`` of an ``nn.Sequential`` with its linear layers as :class:`_LeadingAxisLinear`
-    (the same values)."""
-    for layer in net.children():
-        if isinstance(layer, nn.Linear):
-            x = _LeadingAxisLinear.apply(x, layer.weight, layer.bias)  # type: ignore[no-untyped-call]
-        else:
-            x = layer(x)
-    return x
 
 
 def _scale_net(hidden: int) -> nn.Sequential:
@@ -115,7 +65,7 @@ class RealNVP(nn.Module):
         """Log-scale and shift of layer ``i`` from its kept part, zero on the kept coordinate."""
         move = 1.0 - self.keep[i]
         scale_net, shift_net = self.scale_nets[i], self.shift_nets[i]
-        return _run(scale_net, kept) * move, _run(shift_net, kept) * move
+        return scale_net(kept) * move, shift_net(kept) * move
 
     def to_latent(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Data -> latent, with ``log |det dz/dx|``.

@@ -26,9 +26,8 @@ Facts of the authors' YOLO26 pose loss (Ultralytics 8.4) that this follows:
 Positives are packed into fixed slots (:mod:`lucid_train.losses.positives`); labelled points
 are selected by masks. No host synchronisation, static shapes. The slots grow with the target
 capacity ``M``, so the terms do not depend on it even in the last bit: their sums run by
-position (:func:`~lucid_train.losses.positives.positional_sum`) and the flow sees the slots on
-its leading axis, over which it sums its parameter gradients by position too
-(:class:`~lucid_train.losses.flow.RealNVP`).
+position (:func:`~lucid_train.losses.positives.positional_sum`), and the flow runs on chunks of
+``FLOW_CHUNK_SLOTS`` slots (:func:`_flow_nll`).
 """
 
 from __future__ import annotations
@@ -102,6 +101,34 @@ def _default_constants(num_keypoints: int, device: torch.device) -> tuple[Tensor
     return _oks_sigmas(num_keypoints).to(device), rle_keypoint_weights(num_keypoints).to(device)
 
 
+FLOW_CHUNK_SLOTS = 64
+"""Slots per flow call: every chunk has this shape whatever the capacity (see :func:`_flow_nll`)."""
+
+
+def _flow_nll(diff: Tensor, sigma: Tensor, flow: RealNVP) -> Tensor:
+    """The island's per-point NLL of ``diff / sigma`` (``(S, ..., 2)``, slots first), computed in
+    chunks of :data:`FLOW_CHUNK_SLOTS` slots, the last one zero-padded.
+
+    The flow's matrix products sum its parameter gradients over every row they are given, and a
+    GPU GEMM picks its reduction order by shape: one product over all ``S`` slots would change
+    those gradients' last bits with the capacity. Chunk ``j`` holds slots ``[64 j, 64 j + 64)``
+    at any capacity, so the same kernel sums the same rows; autograd then adds the chunks in
+    order, and chunks of empty slots (zero residual, zero gradient) add exact zeros."""
+    slots = diff.shape[0]
+    extra = -slots % FLOW_CHUNK_SLOTS
+    if extra:
+        pad = [0, 0] * (diff.dim() - 1) + [0, extra]
+        diff = F.pad(diff, pad)
+        sigma = F.pad(sigma, pad, value=1.0)
+    parts = [
+        rle_negative_log_likelihood(torch.zeros_like(d), s, d, flow)
+        for d, s in zip(
+            torch.split(diff, FLOW_CHUNK_SLOTS), torch.split(sigma, FLOW_CHUNK_SLOTS), strict=True
+        )
+    ]
+    return torch.cat(parts)[:slots]
+
+
 def _rle_loss(
     pred: Tensor,
     raw_sigma: Tensor,
@@ -114,7 +141,7 @@ def _rle_loss(
 
     Args:
         pred: ``(S, ..., K, 2)`` predicted points, stride units, float32; ``S`` the slots
-            (the flow's leading axis: appended empty slots leave every bit unchanged).
+            (chunked for the flow: appended empty slots leave every bit unchanged).
         raw_sigma: ``(..., K, 2)`` raw sigma logits (any float dtype).
         target: ``(..., K, 2)`` float32.
         labelled: ``(..., K)`` bool.
@@ -132,7 +159,7 @@ def _rle_loss(
     bound = RESIDUAL_CLAMP * sigma_eps
     diff = torch.minimum(torch.maximum(diff, -bound), bound)  # residual clamped to [-100, 100]
     # With pred = 0 and target = diff the island's residual is diff / sigma_eps, bit for bit.
-    nll = rle_negative_log_likelihood(torch.zeros_like(diff), sigma_eps, diff, flow)
+    nll = _flow_nll(diff, sigma_eps, flow)
     residual = diff / sigma_eps
     per_point = 2.0 * nll - (residual.abs() + _LOG_2).sum(-1)
     # The island's log-sigma reads sigma + 1e-9; the authors' reads sigma (twice per axis).
@@ -214,7 +241,7 @@ def keypoint_terms(
         rle = pose.new_zeros(())
     else:
         raw_sigma = slots.gather(branch.keypoint_sigmas)  # (B, P, K, 2)
-        # Slots first: the flow sums its parameter gradients over its leading axis by position.
+        # Slots first: the flow runs on fixed chunks of slots (_flow_nll).
         pred_s, sigma_s, gt_s, labelled_s = (
             t.transpose(0, 1) for t in (pred_xy, raw_sigma, gt_xy, labelled)
         )
