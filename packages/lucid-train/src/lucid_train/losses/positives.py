@@ -27,7 +27,7 @@ from torch import Tensor
 
 from lucid_train.assign.tal import TaskAlignedAssigner
 
-__all__ = ["PositiveSlots", "fold_sum", "positional_sum", "positive_slots", "slot_capacity"]
+__all__ = ["PositiveSlots", "positional_sum", "positive_slots", "slot_capacity"]
 
 
 @dataclass
@@ -68,7 +68,7 @@ def positive_slots(fg: Tensor, capacity: int) -> PositiveSlots:
     return PositiveSlots(anchor=torch.where(valid, order, 0), valid=valid, dropped=dropped)
 
 
-def fold_sum(values: Tensor, dim: int) -> Tensor:
+def _fold_sum(values: Tensor, dim: int) -> Tensor:
     """Sum over ``dim`` by a pairwise tree fixed by position: ``dim`` is zero-padded to a power
     of two and folded in halves (element ``i`` plus element ``i + half``) until one is left.
 
@@ -89,9 +89,9 @@ def fold_sum(values: Tensor, dim: int) -> Tensor:
 
 
 def positional_sum(values: Tensor) -> Tensor:
-    """0-d sum of every element, by :func:`fold_sum` over each axis (last first): bitwise
+    """0-d sum of every element, by :func:`_fold_sum` over each axis (last first): bitwise
     unchanged by zeros appended along any axis, e.g. empty slots when ``P`` grows with ``M``."""
     total = values
     for dim in reversed(range(values.dim())):
-        total = fold_sum(total, dim)
+        total = _fold_sum(total, dim)
     return total
