@@ -120,6 +120,26 @@ def test_accumulation_changed_after_the_first_recording_matches_eager(
     assert_replayed(replay.module.network_recorder, full=full, partial=partial)
 
 
+@pytest.mark.parametrize(
+    ("task", "accumulate"), [("detect", "auto"), ("detect", 3), ("segment", "auto")]
+)
+def test_the_modules_own_accumulation_captured_matches_eager(
+    task: str, accumulate: int | str, small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The module sums batches itself (ramped for ``auto``; windows across epoch ends) while
+    Lightning steps every batch: the recorders see gradients kept between backward calls and
+    the validation in between, as under Lightning's own accumulation."""
+    root = small_synthetic(task)
+    common: dict[str, Any] = {"precision": "16-mixed", "module_accumulate": accumulate, "epochs": 3}
+    eager = run_fit(task, root, tmp_path / "eager", capture="off", **common)
+    replay = run_fit(task, root, tmp_path / "replay", capture="on", **common)
+    assert replay.module.accumulation is not None and replay.module.accumulation.nominal > 1
+    assert_same_fit(eager, replay)
+    full, partial = _batches(MIXED, 3)
+    assert_replayed(replay.module.network_recorder, full=full, partial=partial)
+    assert_replayed(replay.module.loss_recorder, full=full, partial=partial)
+
+
 class _SwapWeights(L.Callback):
     """``load_state_dict(assign=True)`` with fresh weights before step ``at``: new tensors."""
 

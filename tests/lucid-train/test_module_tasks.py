@@ -35,7 +35,7 @@ def _datamodule(root: Path, task: str) -> LucidDataModule:
     return dm
 
 
-def _module(dm: LucidDataModule) -> YOLOModule:
+def _module(dm: LucidDataModule, **hparams: Any) -> YOLOModule:
     s = dm.schema
     return module_class(s.task)(
         num_classes=s.num_classes,
@@ -46,6 +46,7 @@ def _module(dm: LucidDataModule) -> YOLOModule:
         flip_index=s.flip_index,
         skeleton=s.skeleton,
         img_size=64,
+        **hparams,
     )
 
 
@@ -93,13 +94,15 @@ def test_bf16_mixed_precision_with_accumulation_trains(
 ) -> None:
     L.seed_everything(0)
     dm = _datamodule(small_synthetic("detect"), "detect")
-    module = _module(dm)
+    module = _module(dm, accumulate=2)
     trainer = build_trainer(
         tmp_path, max_epochs=1, limit_train_batches=2, limit_val_batches=1, precision="bf16-mixed",
-        accumulate_grad_batches=2, enable_progress_bar=False, enable_model_summary=False,
+        enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(module, datamodule=dm)
-    assert trainer.global_step == 1  # two batches, one optimizer step
+    assert trainer.global_step == 2  # batches: the module's accumulation steps once
+    state = trainer.optimizers[0].state_dict()["state"]
+    assert {int(v["step"]) for v in state.values()} == {1}
     assert torch.isfinite(trainer.callback_metrics["train/o2o_box_epoch"])
 
 

@@ -147,6 +147,7 @@ def run_fit(
     capture: str,
     precision: str = "32-true",
     accumulate: int = 1,
+    module_accumulate: int | str = 1,
     layout: Layout = MIXED,
     epochs: int = 2,
     callbacks: Sequence[L.Callback] = (),
@@ -156,7 +157,9 @@ def run_fit(
     ckpt_path: Path | None = None,
     checkpoints: bool = False,
 ) -> Fit:
-    """One fit; TF32 off so ``32-true`` means float32 on both routes."""
+    """One fit; TF32 off so ``32-true`` means float32 on both routes. ``accumulate`` is the
+    Trainer's ``accumulate_grad_batches``, ``module_accumulate`` the module's own (ramped with
+    ``"auto"``)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     L.seed_everything(0, workers=True)
@@ -171,6 +174,7 @@ def run_fit(
         img_size=IMG_SIZE,
         capture=capture,
         loss_capacity=CAPACITY,
+        accumulate=module_accumulate,
     )
     probe = Probe(keep_gradients)
     extra_callbacks: list[L.Callback] = [probe, *callbacks]

@@ -60,6 +60,13 @@ def _add_data(p: argparse.ArgumentParser, *, sizes: bool = True) -> None:
         )
         g.add_argument("--data.batch_size", dest="batch_size", type=int, default=DEFAULT_BATCH)
         g.add_argument("--data.seed", dest="data_seed", type=int, default=0)
+        g.add_argument(
+            "--data.scale_policy",
+            dest="scale_policy",
+            action="store_true",
+            help="the recipe study's per-scale augmentation (scale/mixup/copy-paste by model "
+            "size, assumptions D1) instead of the authors' default.yaml values",
+        )
 
 
 def _add_trainer(p: argparse.ArgumentParser) -> None:
@@ -180,7 +187,7 @@ def _datamodule(
         img_size=img_size,
         batch_size=batch,
         num_workers=args.num_workers,
-        variant=variant,
+        variant=variant if getattr(args, "scale_policy", False) else None,
         seed=getattr(args, "data_seed", 0),
     )
 
@@ -232,7 +239,9 @@ def _fit(args: argparse.Namespace) -> int:
             "capture_network": args.capture_network == "true",
             "capture_loss": args.capture_loss == "true",
             "loss_capacity": args.loss_capacity,
+            "accumulate": args.accumulate,
         }
+    hparams.setdefault("accumulate", args.accumulate)  # checkpoints written before it existed
     module = cls(**hparams)
     extra: dict[str, Any] = {}
     if args.limit_train_batches is not None:
@@ -243,7 +252,6 @@ def _fit(args: argparse.Namespace) -> int:
         run_dir,
         max_epochs=args.max_epochs,
         precision=args.precision,
-        accumulate_grad_batches=args.accumulate,
         accelerator=args.accelerator,
         devices=_devices(args.devices),
         deterministic=args.deterministic,
@@ -273,6 +281,17 @@ def _share_cores(accelerator: str, workers: int) -> None:
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
     if on_cpu and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
+
+
+def _accumulate(value: str) -> int | str:
+    """``auto`` or a positive integer (argparse type of ``--trainer.accumulate_grad_batches``)."""
+    from lucid_train.optim import resolve_accumulation
+
+    try:
+        resolve_accumulation(value, 1, 64)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value if value == "auto" else int(value)
 
 
 def _limit(value: float) -> int | float:

@@ -50,6 +50,7 @@ from lucid_train.losses.pose import PoseLoss
 from lucid_train.losses.segment import SegmentLoss, with_instance_masks
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.nonfinite import check_finite_loss
+from lucid_train.optim import AccumulationPlan, resolve_accumulation
 from lucid_train.overlays import detections_to_numpy
 from lucid_train.recipe import OptimizerConfig, build_optimizer, build_schedule, choose_optimizer
 from lucid_train.validation import DecodeSettings, ValidationScorer, format_table
@@ -68,6 +69,7 @@ __all__ = [
 OVERLAY_IMAGES = 4  # validation images drawn with their predictions under runs/
 CAPTURE_CAPACITY = 32  # padded targets per image when capture is on and no capacity is given
 CAPTURE_MODES = ("auto", "on", "off")
+PENDING_GRADIENTS_KEY = "pending_gradients"  # an open accumulation window's gradients
 
 
 class OverlaySample(dict[str, Any]):
@@ -97,6 +99,10 @@ class YOLOModule(L.LightningModule):
             nominal batch, as theirs).
         warmup_epochs, warmup_momentum, warmup_bias_lr: the warm-up.
         nbs: nominal batch size.
+        accumulate: batches whose gradients are summed per optimizer step: ``auto`` (the
+            authors' ``round(nbs / batch)``, ramped from 1 during warm-up) or a fixed count.
+            The module accumulates itself (`lucid_train.optim.AccumulationPlan`), so the
+            Trainer's ``accumulate_grad_batches`` stays 1 unless this resolves to 1.
         max_det: detections per image at validation and prediction.
         img_size: the training canvas side (prediction letterboxes to it).
         capture: record and replay the network and loss as CUDA graphs: ``auto`` (on CUDA),
@@ -131,6 +137,7 @@ class YOLOModule(L.LightningModule):
         warmup_momentum: float = 0.8,
         warmup_bias_lr: float | None = None,
         nbs: int = 64,
+        accumulate: int | str = "auto",
         max_det: int = 300,
         img_size: int = 640,
         capture: str = "auto",
@@ -170,6 +177,8 @@ class YOLOModule(L.LightningModule):
         self.scorer: ValidationScorer | None = None
         self.overlay_samples: list[OverlaySample] = []
         self.last_metrics: dict[str, float] = {}
+        self.accumulation: AccumulationPlan | None = None  # set by configure_optimizers
+        self._pending_gradients: dict[str, Tensor] | None = None  # from a resumed checkpoint
         # Disabled until a fit's CaptureCallback turns them on (outside a fit: plain eager).
         self.network_recorder = NetworkRecorder(self.model, name="network", enabled=False)
         self.loss_recorder = LossRecorder(
@@ -311,20 +320,41 @@ class YOLOModule(L.LightningModule):
         )
         trainer = self.trainer
         epochs = max(trainer.max_epochs or 1, 1)
-        accumulate = max(trainer.accumulate_grad_batches, 1)
+        lightning_accumulate = max(trainer.accumulate_grad_batches, 1)
         steps_per_epoch = max(int(trainer.estimated_stepping_batches) // epochs, 1)
         batch_size = _batch_size(trainer) * max(trainer.world_size, 1)
+        nominal, ramped = resolve_accumulation(self.hparams["accumulate"], batch_size, config.nbs)
+        self.accumulation = None
+        if nominal > 1:
+            if lightning_accumulate > 1:
+                raise ValueError(
+                    f"accumulate={self.hparams['accumulate']!r} makes the module sum {nominal} "
+                    f"batches per step, and the Trainer also has accumulate_grad_batches="
+                    f"{lightning_accumulate}; set the module's accumulate (lucid fit "
+                    "--trainer.accumulate_grad_batches) and leave the Trainer's at 1"
+                )
+            # Lightning steps every batch; the plan decides (global_step counts batches).
+            self.accumulation = AccumulationPlan.for_run(
+                nominal,
+                batches_per_epoch=steps_per_epoch,
+                epochs=epochs,
+                warmup_epochs=config.warmup_epochs,
+                ramped=ramped,
+            )
+        accumulate = nominal if self.accumulation is not None else lightning_accumulate
         choice = choose_optimizer(
             config,
             num_classes=self.hparams["num_classes"],
-            num_images=steps_per_epoch * accumulate * batch_size,
+            num_images=steps_per_epoch * lightning_accumulate * batch_size,
             batch_size=batch_size,
             epochs=epochs,
         )
         self.print(
             f"optimizer: {choice.name}(lr={choice.lr}, momentum={choice.momentum})"
-            f"{' chosen by optimizer=auto' if config.optimizer == 'auto' else ''}"
+            f"{' chosen by optimizer=auto' if config.optimizer == 'auto' else ''}; "
+            f"{_describe_accumulation(self.accumulation, lightning_accumulate, batch_size)}"
         )
+        # weight decay scales with the nominal batch before the cap, as the authors' (T45)
         optimizer = build_optimizer(
             self, config, choice, batch_size=batch_size, accumulate=accumulate
         )
@@ -333,6 +363,56 @@ class YOLOModule(L.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": schedule, "interval": "step", "frequency": 1},
         }
+
+    # With an accumulation plan Lightning calls these every batch (its own accumulation is 1);
+    # ``global_step`` is then the 0-based index of the batch being trained.
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Any = None,
+    ) -> None:
+        plan = self.accumulation
+        if plan is None or plan.steps_at(self.trainer.global_step):
+            optimizer.step(closure=optimizer_closure)
+        elif optimizer_closure is not None:
+            optimizer_closure()  # forward and backward only: the gradients keep summing
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        plan = self.accumulation
+        if plan is None or plan.starts_window(self.trainer.global_step):
+            optimizer.zero_grad()
+
+    def on_validation_model_zero_grad(self) -> None:
+        if not self._window_open():
+            super().on_validation_model_zero_grad()
+
+    def _window_open(self) -> bool:
+        """Whether gradients of an unfinished accumulation window are waiting for more batches."""
+        plan = self.accumulation
+        return plan is not None and not plan.starts_window(self.trainer.global_step)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A window may span an epoch end (as the authors'): its gradients so far travel along.
+        if self._window_open():
+            checkpoint[PENDING_GRADIENTS_KEY] = {
+                name: p.grad.detach().clone()
+                for name, p in self.named_parameters()
+                if p.grad is not None
+            }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._pending_gradients = checkpoint.get(PENDING_GRADIENTS_KEY)
+
+    def on_train_start(self) -> None:
+        # Not in on_load_checkpoint: the Trainer zeroes every gradient after restoring modules.
+        pending, self._pending_gradients = self._pending_gradients, None
+        if pending:
+            params = dict(self.named_parameters())
+            for name, grad in pending.items():
+                params[name].grad = grad.to(params[name].device).clone()
 
     # -- validation and test -----------------------------------------------------------------
 
@@ -399,6 +479,20 @@ def _padded_rows(args: Sequence[Any]) -> int:
     """Rows per image of the targets in a ``compute_loss`` call (the loss recorder's check)."""
     targets: PaddedTargets = args[1]
     return int(targets.mask.shape[1])
+
+
+def _describe_accumulation(
+    plan: AccumulationPlan | None, lightning_accumulate: int, batch_size: int
+) -> str:
+    if plan is None:
+        nominal = batch_size * lightning_accumulate
+        return f"accumulation {lightning_accumulate} (nominal batch {nominal})"
+    ramp = (
+        f", ramped from 1 over {plan.warmup_batches} warm-up batches"
+        if plan.ramped and plan.warmup_batches
+        else ""
+    )
+    return f"accumulation {plan.nominal} (nominal batch {batch_size * plan.nominal}){ramp}"
 
 
 def _batch_size(trainer: L.Trainer) -> int:

@@ -44,6 +44,8 @@ class OverfitSpec:
         seed: everything's seed.
         capture: the module's ``capture`` (``auto``: on with CUDA); the GPU goldens hold both.
         workers: DataLoader workers.
+        accumulate: the module's ``accumulate``; 1 (a step every batch), the setting the
+            goldens were measured with: an overfit guards learning, not the recipe's cadence.
     """
 
     task: Task
@@ -60,6 +62,7 @@ class OverfitSpec:
     seed: int = 0
     capture: str = "auto"
     workers: int = 0
+    accumulate: int = 1
 
 
 def _model(task: Task) -> str:
@@ -132,6 +135,7 @@ def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
         warmup_epochs=spec.warmup_epochs,
         img_size=spec.img_size,
         capture=spec.capture,
+        accumulate=spec.accumulate,
     )
     trainer = build_trainer(
         None,

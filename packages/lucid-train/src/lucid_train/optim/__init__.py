@@ -15,6 +15,7 @@ with ``Trainer(callbacks=[EMACallback()], gradient_clip_val=10.0, gradient_clip_
 (the authors' max-norm 10 after unscaling; assumptions.md T48).
 """
 
+from lucid_train.optim.accumulation import AccumulationPlan, resolve_accumulation
 from lucid_train.optim.ema import EMA_CHECKPOINT_KEY, EMACallback, ModelEMA, ema_state_dict
 from lucid_train.optim.groups import (
     CLASS_LR_SCALE,
@@ -34,6 +35,7 @@ __all__ = [
     "NOMINAL_BATCH",
     "NS_COEFFICIENTS",
     "NS_STEPS",
+    "AccumulationPlan",
     "EMACallback",
     "ModelEMA",
     "MuSGD",
@@ -46,5 +48,6 @@ __all__ = [
     "nominal_accumulation",
     "orthogonalize",
     "param_groups",
+    "resolve_accumulation",
     "scaled_weight_decay",
 ]

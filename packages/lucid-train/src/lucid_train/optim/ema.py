@@ -176,9 +176,10 @@ class EMACallback(pl.Callback):
 
     - The average starts at ``on_fit_start`` from the module's state on its device.
     - It averages the module's whole state (network and trained loss parts) and is updated in
-      ``on_train_batch_end`` whenever ``trainer.global_step`` moved during the batch: exactly
-      once per optimizer step under ``accumulate_grad_batches``; a step the GradScaler skips
-      still counts, as with the authors (assumptions.md T49).
+      ``on_train_batch_end`` of every batch that reached ``on_before_optimizer_step``: exactly
+      once per optimizer step, under Lightning's ``accumulate_grad_batches`` or a module's own
+      accumulation (`lucid_train.optim.AccumulationPlan`); a step the GradScaler skips still
+      counts, as with the authors (assumptions.md T49).
     - Validation, test and predict run with the average swapped in; the live state returns at
       their end, or in ``on_exception``.
     - ``checkpoint["ema"]`` holds :meth:`ModelEMA.state_dict`; ``checkpoint["state_dict"]`` always
@@ -201,7 +202,7 @@ class EMACallback(pl.Callback):
         self.ema: ModelEMA | None = None
         self._pending: Mapping[str, Any] | None = None
         self._backup: dict[str, Tensor] | None = None
-        self._step_before = 0
+        self._stepped = False
 
     # -- the average's lifetime ------------------------------------------------------------
 
@@ -223,7 +224,12 @@ class EMACallback(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._step_before = trainer.global_step
+        self._stepped = False
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any
+    ) -> None:
+        self._stepped = True
 
     def on_train_batch_end(
         self,
@@ -233,7 +239,8 @@ class EMACallback(pl.Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if trainer.global_step != self._step_before:
+        if self._stepped:
+            self._stepped = False
             self._ensure(pl_module).update(pl_module)
 
     # -- evaluation with the average -------------------------------------------------------

@@ -10,10 +10,9 @@ The authors (Ultralytics 8.4 trainer) set, at step ``s`` of epoch ``e = s // ste
     s >  W:    lr = base_lr * factor(e); momentum stays at ``momentum`` (untouched when W == 0)
 
 ``interp`` is ``numpy.interp``'s arithmetic, so every value equals theirs to the bit
-(assumptions.md T43). Here ``s`` counts optimizer steps (Lightning's ``global_step``), so
-``steps_per_epoch`` is optimizer steps per epoch; with accumulation the authors count batches
-instead (T44). Because every value is a function of ``s`` alone, a resumed run sees the same
-values as an uninterrupted one.
+(assumptions.md T43). Here ``s`` is Lightning's ``global_step``: batches under the module's own
+accumulation (T44), as the authors count, or optimizer steps under Lightning's. Because every
+value is a function of ``s`` alone, a resumed run sees the same values as an uninterrupted one.
 
 Defaults are the authors' (``default.yaml``): lrf 0.01, 3 warm-up epochs, warm-up bias lr 0.1,
 momentum 0.8 -> 0.937 (their ``momentum`` argument, where warm-up lands even when the optimizer
@@ -23,6 +22,7 @@ was built at 0.9; assumptions.md T42).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 from torch.optim import Optimizer
@@ -127,8 +127,11 @@ class WarmupLinearLR(LRScheduler):
         return self.get_lr()
 
     def step(self, epoch: int | None = None) -> None:
-        """Advance one optimizer step and set lr and momentum for the next one."""
-        super().step(epoch)
+        """Advance one step and set lr and momentum for the next one."""
+        with warnings.catch_warnings():
+            # Under accumulation (T44) the schedule advances on batches that do not step.
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
+            super().step(epoch)
         momentum = self.schedule.momentum_at(self.last_epoch)
         if momentum is not None:
             for group in self.optimizer.param_groups:
