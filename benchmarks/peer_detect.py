@@ -1,13 +1,20 @@
-"""Our yolo26n detect against Ultralytics 8.4 yolo26n on the built-in synthetic detection set.
+"""Our yolo26n against Ultralytics 8.4 yolo26n, detect or segment, on a synthetic set.
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:):/tmp/site \
         python3 benchmarks/peer_detect.py --out OUT --epochs 20 --imgsz 320 --batch 16 --device 0
+    # the harder set, segmentation, two of our accumulation settings:
+    ... peer_detect.py --out OUT --task segment --set hard --ours-accumulate 1,auto
+
+``--set builtin`` is the set ``lucid fit`` trains with no data argument; ``--set hard`` the
+task's harder benchmark set (``SyntheticSpec.hard()``, read by ``lucid fit --data.root``).
+Segment rows add mask mAP (Ultralytics' RLE masks re-scored by our pycocotools scorer).
+``benchmarks/peer_accuracy.py`` runs the sides of several tasks side by side.
 
 Steps (each side runs in its own subprocess, so neither library's process-wide settings reach
 the other, and each wall time is that side's alone):
 
-1. The set ``lucid fit`` uses with no data argument (``synthetic_dataset("detect")``: 400 train /
-   100 val images, COCO layout) is generated under ``--work`` and exported to YOLO txt with
+1. The set (built-in: ``synthetic_dataset(task)``, 400 train / 100 val images, COCO layout; or
+   the harder one) is generated under ``--work`` and exported to YOLO txt with
    ``lucid_train.data.write_yolo``; the ``data.yaml`` handed to Ultralytics gets an absolute
    ``path`` (Ultralytics resolves a relative one against its datasets folder or the cwd).
 2. Ours: ``python -m lucid_train fit`` with no data argument (``LUCID_CACHE_DIR`` points at the
@@ -53,20 +60,22 @@ CONF_NOTE = {
 # data
 
 
-def prepare_data(work: Path) -> dict[str, Any]:
-    """Generate (or reuse) the built-in detection set under ``work/cache`` and export it to YOLO
-    txt under ``work/yolo``; returns paths and counts."""
-    from lucid_train.data import read_coco, synthetic_dataset, write_yolo
+def prepare_data(work: Path, task: str = "detect", hard: bool = False) -> dict[str, Any]:
+    """Generate (or reuse) the task's built-in set, or its harder benchmark set
+    (``SyntheticSpec.hard()``), under ``work/cache`` and export it to YOLO txt under
+    ``work/yolo-<task>``; returns paths and counts."""
+    from lucid_train.data import SyntheticSpec, read_coco, synthetic_dataset, write_yolo
 
     cache = work / "cache"
     start = time.perf_counter()
-    root = synthetic_dataset("detect", cache_dir=cache)
+    spec = SyntheticSpec.hard() if hard else None
+    root = synthetic_dataset(task, cache_dir=cache, spec=spec)  # type: ignore[arg-type]
     gen_s = time.perf_counter() - start
     splits = {
-        s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task="detect")
+        s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task=task)  # type: ignore[arg-type]
         for s in ("train", "val")
     }
-    yolo = work / "yolo"
+    yolo = work / f"yolo-{task}{'-hard' if hard else ''}"
     if yolo.exists():
         shutil.rmtree(yolo)
     ours_yaml = write_yolo(splits, yolo)
@@ -82,6 +91,9 @@ def prepare_data(work: Path) -> dict[str, Any]:
     peer_yaml = yolo / "data-peer.yaml"
     peer_yaml.write_text(json.dumps(doc, indent=1) + "\n")
     return {
+        "task": task,
+        "set": ("hard" if hard else "built-in") + f" {task} ({root.name})",
+        "hard": hard,
         "cache_dir": str(cache),
         "coco_root": str(root),
         "val_json": str(root / "annotations" / "val.json"),
@@ -143,9 +155,18 @@ def _last_row_with(csv_path: Path, column: str) -> dict[str, str]:
 # ours
 
 
-def run_ours(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[str, Any]:
+def _metric_prefixes(task: str) -> dict[str, str]:
+    """Metric kind -> the column stem in our metrics.csv (``val/<path>/<stem>mAP50-95``)."""
+    return {"box": "", "mask": "mask_"} if task == "segment" else {"box": ""}
+
+
+def run_ours(
+    args: argparse.Namespace, data: dict[str, Any], out: Path, accumulate: str = "auto"
+) -> dict[str, Any]:
     """Train our yolo26n with ``lucid fit`` and read the last validation of both decode paths."""
-    runs = args.work / "ours-runs"
+    task = data["task"]
+    tag = f"ours-acc{accumulate}"
+    runs = args.work / f"{tag}-runs"
     if runs.exists():
         shutil.rmtree(runs)
     precision = args.ours_precision or ("32-true" if args.device == "cpu" else "16-mixed")
@@ -155,7 +176,8 @@ def run_ours(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
         "lucid_train",
         "fit",
         "--model",
-        "yolo26n",
+        "yolo26n" if task == "detect" else f"yolo26n-{'seg' if task == 'segment' else task}",
+        *(["--data.root", data["coco_root"]] if data["hard"] else []),
         "--data.img_size",
         str(args.imgsz),
         "--data.batch_size",
@@ -171,7 +193,7 @@ def run_ours(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
         "--trainer.precision",
         precision,
         "--trainer.accumulate_grad_batches",
-        str(args.ours_accumulate),
+        str(accumulate),
         "--run.root",
         str(runs),
         "--run.name",
@@ -179,32 +201,35 @@ def run_ours(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     ]
     env = _child_env(args.device, {"LUCID_CACHE_DIR": data["cache_dir"]})
     print("ours: " + " ".join(cmd), flush=True)
-    rc, wall = _run_logged(cmd, env, out / "ours.log", args.side_timeout)
+    rc, wall = _run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
     result: dict[str, Any] = {
         "command": f"LUCID_CACHE_DIR={data['cache_dir']} " + " ".join(cmd),
         "exit": rc,
         "wall_s": round(wall, 1),
         "precision": precision,
-        "accumulate": args.ours_accumulate,
+        "accumulate": accumulate,
     }
-    run_dir = runs / "detect" / "train"
+    run_dir = runs / task / "train"
     csv_path = run_dir / "metrics.csv"
     if not csv_path.is_file():
         return result
-    shutil.copy(csv_path, out / "ours-metrics.csv")
+    shutil.copy(csv_path, out / f"{tag}-metrics.csv")
     last = _last_row_with(csv_path, "val/e2e/mAP50-95")
     for path in PATHS:
-        result[path] = {
-            "pycocotools_mAP50-95": float(last[f"val/{path}/mAP50-95"]),
-            "pycocotools_mAP50": float(last[f"val/{path}/mAP50"]),
-        }
+        result[path] = {}
+        for kind, stem in _metric_prefixes(task).items():
+            prefix = "" if kind == "box" else f"{kind}_"
+            result[path][f"{prefix}pycocotools_mAP50-95"] = float(
+                last[f"val/{path}/{stem}mAP50-95"]
+            )
+            result[path][f"{prefix}pycocotools_mAP50"] = float(last[f"val/{path}/{stem}mAP50"])
     result["epoch"] = int(float(last["epoch"])) + 1
     import csv
 
     rows = [r for r in csv.DictReader(csv_path.open()) if r.get("val/e2e/mAP50-95")]
     result["best_e2e_mAP50-95"] = max(float(r["val/e2e/mAP50-95"]) for r in rows)
     result["best_nms_mAP50-95"] = max(float(r["val/nms/mAP50-95"]) for r in rows)
-    log = (out / "ours.log").read_text(errors="replace")
+    log = (out / f"{tag}.log").read_text(errors="replace")
     for line in log.splitlines():
         if line.startswith("lucid fit: done in"):
             result["fit_line"] = line.strip()
@@ -244,6 +269,7 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     if runs.exists():
         shutil.rmtree(runs)
     spec = {
+        "task": data["task"],
         "data": data["peer_data_yaml"],
         "epochs": args.epochs,
         "imgsz": args.imgsz,
@@ -278,7 +304,7 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     for path in PATHS:
         pred = result.get(path, {}).get("predictions")
         if pred and Path(pred).is_file():
-            result[path].update(rescore(Path(pred), gt, data["category_ids"]))
+            result[path].update(rescore(Path(pred), gt, data["category_ids"], data["task"]))
     # the e2e val must have run the one-to-one head and the nms val the one-to-many head
     result["decode_paths_checked"] = all(
         result.get(path, {}).get("validator_end2end") is (path == "e2e") for path in PATHS
@@ -286,31 +312,41 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     return result
 
 
-def rescore(pred_json: Path, gt: dict[str, Any], category_ids: list[int]) -> dict[str, Any]:
+def rescore(
+    pred_json: Path, gt: dict[str, Any], category_ids: list[int], task: str = "detect"
+) -> dict[str, Any]:
     """Score Ultralytics' ``predictions.json`` with our pycocotools scorer against our COCO
-    ground truth. Its image ids come from file stems and its category ids are 1 + class index,
-    so both are mapped through the file name and ``category_ids``."""
+    ground truth (boxes; segment also its RLE masks). Its image ids come from file stems and its
+    category ids are 1 + class index, so both are mapped through the file name and
+    ``category_ids``."""
     from lucid_train.evaluation import coco_from_dict, run_cocoeval
 
     by_name = {img["file_name"]: int(img["id"]) for img in gt["images"]}
-    dets = []
+    dets, masks = [], []
     for d in json.loads(pred_json.read_text()):
-        dets.append(
-            {
-                "image_id": by_name[d["file_name"]],
-                "category_id": int(category_ids[int(d["category_id"]) - 1]),
-                "bbox": [float(v) for v in d["bbox"]],
-                "score": float(d["score"]),
-            }
-        )
-    stats = run_cocoeval(coco_from_dict(gt), dets, "bbox")
+        det = {
+            "image_id": by_name[d["file_name"]],
+            "category_id": int(category_ids[int(d["category_id"]) - 1]),
+            "bbox": [float(v) for v in d["bbox"]],
+            "score": float(d["score"]),
+        }
+        dets.append(det)
+        if task == "segment" and "segmentation" in d:
+            masks.append({**det, "segmentation": d["segmentation"]})
+    coco = coco_from_dict(gt)
+    stats = run_cocoeval(coco, dets, "bbox")
     images = {d["image_id"] for d in dets}
-    return {
+    result = {
         "pycocotools_mAP50-95": stats["mAP"],
         "pycocotools_mAP50": stats["mAP50"],
         "detections": len(dets),
         "images_with_detections": len(images),
     }
+    if task == "segment":
+        segm = run_cocoeval(coco, masks, "segm")
+        result["mask_pycocotools_mAP50-95"] = segm["mAP"]
+        result["mask_pycocotools_mAP50"] = segm["mAP50"]
+    return result
 
 
 def peer_half(spec_path: Path) -> None:
@@ -347,7 +383,8 @@ def peer_half(spec_path: Path) -> None:
         "versions": {"ultralytics": ultralytics.__version__, "torch": torch.__version__},
         "train_call": f"YOLO('yolo26n.yaml').train(**{train_args!r})",
     }
-    model = YOLO("yolo26n.yaml")
+    task = spec.get("task", "detect")
+    model = YOLO({"detect": "yolo26n.yaml", "segment": "yolo26n-seg.yaml"}[task])
     start = time.perf_counter()
     model.train(**train_args)
     out["train_wall_s"] = round(time.perf_counter() - start, 1)
@@ -385,6 +422,7 @@ def peer_half(spec_path: Path) -> None:
         out[path] = {
             "ultralytics_mAP50-95": float(metrics.box.map),
             "ultralytics_mAP50": float(metrics.box.map50),
+            **({"mask_ultralytics_mAP50-95": float(metrics.seg.map)} if task == "segment" else {}),
             "validator_end2end": seen.get("end2end"),
             "predictions": str(Path(metrics.save_dir) / "predictions.json"),
             "val_wall_s": round(time.perf_counter() - start, 1),
@@ -428,32 +466,39 @@ def _fmt(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, float) else "n/a"
 
 
+def _kinds(task: str) -> list[str]:
+    return ["box", "mask"] if task == "segment" else ["box"]
+
+
+def _key(kind: str, source: str) -> str:
+    return ("" if kind == "box" else f"{kind}_") + f"{source}_mAP50-95"
+
+
 def table(report: dict[str, Any]) -> str:
-    """The markdown table of both sides and both decode paths."""
-    s = report["settings"]
+    """The markdown table of every side and both decode paths."""
+    s, d = report["settings"], report["data"]
     lines = [
-        f"yolo26n detect, built-in synthetic set ({report['data']['train_images']} train / "
-        f"{report['data']['val_images']} val images, {report['data']['val_instances']} val "
-        f"instances), imgsz {s['imgsz']}, batch {s['batch']}, {s['epochs']} epochs, "
-        f"device {s['device']}; last-epoch EMA weights.",
+        f"yolo26n {d['task']}, {d['set']}: {d['train_images']} train / {d['val_images']} val "
+        f"images, {d['val_instances']} val instances; imgsz {s['imgsz']}, batch {s['batch']}, "
+        f"{s['epochs']} epochs, device {s['device']}; last-epoch EMA weights.",
         "",
-        "| side | decode path | mAP50-95 (pycocotools) | mAP50 (pycocotools) "
-        "| mAP50-95 (Ultralytics metric) | side wall s |",
+        "| side | decode path | metric | mAP50-95 (pycocotools) | mAP50-95 (Ultralytics metric) "
+        "| side wall s |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for side, label in (("ours", "lucid"), ("peer", "Ultralytics")):
-        r = report.get(side)
-        if r is None:
-            continue
-        ver = r.get("versions", {}).get("ultralytics") if side == "peer" else None
-        name = f"{label} {ver}" if ver else label
+    sides = [(f"lucid, accumulate {a}", r) for a, r in report.get("ours_arms", {}).items()]
+    if "peer" in report:
+        ver = report["peer"].get("versions", {}).get("ultralytics", "")
+        sides.append((f"Ultralytics {ver}".strip(), report["peer"]))
+    for name, r in sides:
         for path in PATHS:
             p = r.get(path, {})
-            lines.append(
-                f"| {name} | {path} ({CONF_NOTE[path]}) | {_fmt(p.get('pycocotools_mAP50-95'))} "
-                f"| {_fmt(p.get('pycocotools_mAP50'))} | {_fmt(p.get('ultralytics_mAP50-95'))} "
-                f"| {r.get('wall_s', 'n/a')} |"
-            )
+            for kind in _kinds(d["task"]):
+                lines.append(
+                    f"| {name} | {path} ({CONF_NOTE[path]}) | {kind} "
+                    f"| {_fmt(p.get(_key(kind, 'pycocotools')))} "
+                    f"| {_fmt(p.get(_key(kind, 'ultralytics')))} | {r.get('wall_s', 'n/a')} |"
+                )
     peer = report.get("peer", {})
     if "decode_paths_checked" in peer:
         ok = "yes" if peer["decode_paths_checked"] else "NO"
@@ -463,19 +508,38 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def verdict(report: dict[str, Any]) -> str | None:
-    """Ours within 0.03 mAP50-95 (pycocotools) of Ultralytics, or better, on each decode path."""
-    ours, peer = report.get("ours", {}), report.get("peer", {})
-    parts, ok = [], True
+def accuracy_rows(report: dict[str, Any], arm: str) -> list[dict[str, Any]]:
+    """``peer-accuracy.json`` rows: one per decode path and metric, ours (arm ``arm``) beside
+    Ultralytics, both scored by pycocotools."""
+    d, rows = report["data"], []
+    ours, peer = report.get("ours_arms", {}).get(arm, {}), report.get("peer", {})
     for path in PATHS:
-        a = ours.get(path, {}).get("pycocotools_mAP50-95")
-        b = peer.get(path, {}).get("pycocotools_mAP50-95")
+        for kind in _kinds(d["task"]):
+            rows.append(
+                {
+                    "task": d["task"],
+                    "set": d["set"],
+                    "path": path,
+                    "metric": "mAP50-95" if kind == "box" else f"{kind} mAP50-95",
+                    "lucid": ours.get(path, {}).get(_key(kind, "pycocotools")),
+                    "ultralytics": peer.get(path, {}).get(_key(kind, "pycocotools")),
+                    "lucid_accumulate": arm,
+                }
+            )
+    return rows
+
+
+def verdict(report: dict[str, Any], arm: str, bar: float = 0.01) -> str | None:
+    """Ours (arm ``arm``) >= Ultralytics - ``bar`` on every decode path and metric."""
+    parts, ok = [], True
+    for row in accuracy_rows(report, arm):
+        a, b = row["lucid"], row["ultralytics"]
         if a is None or b is None:
             return None
-        gap = a - b
-        ok &= gap >= -0.03
-        parts.append(f"{path}: ours - Ultralytics = {gap:+.4f}")
-    return ("PASS" if ok else "FAIL") + " (within 0.03 or better): " + "; ".join(parts)
+        ok &= a - b >= -bar
+        parts.append(f"{row['path']} {row['metric']}: ours - Ultralytics = {a - b:+.4f}")
+    head = "PASS" if ok else "FAIL"
+    return f"{head} (ours, accumulate {arm}, >= Ultralytics - {bar}): " + "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -500,12 +564,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--ours-precision", default=None, help="default: 16-mixed on CUDA (as amp=True), else 32"
     )
+    parser.add_argument("--task", default="detect", choices=("detect", "segment"))
+    parser.add_argument(
+        "--set", default="builtin", choices=("builtin", "hard"), help="built-in or harder set"
+    )
     parser.add_argument(
         "--ours-accumulate",
-        type=int,
-        default=1,
-        help="our accumulate_grad_batches (lucid fit's default 1; the peer accumulates to a "
-        "nominal batch of 64, ramping from 1 during warm-up)",
+        default="auto",
+        help="comma list of our --trainer.accumulate_grad_batches arms, e.g. '1,auto' (auto: "
+        "the nominal batch of 64 ramped in warm-up, as the peer); the last arm is judged",
     )
     parser.add_argument("--side-timeout", type=float, default=540.0, help="seconds per side")
     parser.add_argument("--ours-python", default=None, help="interpreter for our side")
@@ -534,16 +601,18 @@ def main(argv: list[str] | None = None) -> None:
             "val.json); Ultralytics-metric column: its own matcher on up to 300 detections."
         ),
     }
-    data = prepare_data(args.work)
+    data = prepare_data(args.work, args.task, hard=args.set == "hard")
     report["data"] = data
     print(f"data: {data['train_images']} train / {data['val_images']} val -> {data['yolo_root']}")
+    arms = [a.strip() for a in str(args.ours_accumulate).split(",") if a.strip()]
     if not args.peer_only:
-        report["ours"] = run_ours(args, data, out)
+        report["ours_arms"] = {a: run_ours(args, data, out, a) for a in arms}
     if not args.ours_only:
         report["peer"] = run_peer(args, data, out)
-    v = verdict(report)
+    v = verdict(report, arms[-1])
     if v is not None:
         report["verdict"] = v
+    report["rows"] = [row for a in arms for row in accuracy_rows(report, a)]
     report["total_wall_s"] = round(time.perf_counter() - start, 1)
     (out / "peer_detect.json").write_text(json.dumps(report, indent=1, default=str))
     text = table(report)

@@ -179,3 +179,22 @@ def test_fit_reads_a_dota_folder_probed_or_named(
         )  # fmt: skip
         assert code == 0
         assert (tmp_path / "runs" / "obb" / fmt / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_fit_trains_with_the_authors_default_augmentation_unless_the_scale_policy_is_asked(
+    small_synthetic: Callable[[str], Path],
+) -> None:
+    from lucid_train.cli import _datamodule, build_parser
+    from lucid_train.data import AugmentConfig
+
+    root = str(small_synthetic("segment"))
+    for flags, expected in (
+        ([], AugmentConfig()),  # default.yaml: no copy-paste, scale 0.5, no mixup
+        (["--data.scale_policy"], AugmentConfig.for_variant("s")),
+    ):
+        args = build_parser().parse_args(
+            ["fit", "--model", "yolo26s-seg", "--data.root", root, *flags]
+        )
+        dm = _datamodule(args, "segment", 64, 4, "s")
+        assert dm.augment == expected
+    assert AugmentConfig.for_variant("s").copy_paste > 0 == AugmentConfig().copy_paste

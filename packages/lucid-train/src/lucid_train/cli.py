@@ -93,7 +93,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_trainer(fit)
     g = fit.add_argument_group("trainer (fit)")
     g.add_argument("--trainer.max_epochs", dest="max_epochs", type=int, default=DEFAULT_EPOCHS)
-    g.add_argument("--trainer.accumulate_grad_batches", dest="accumulate", type=int, default=1)
+    g.add_argument(
+        "--trainer.accumulate_grad_batches",
+        dest="accumulate",
+        type=_accumulate,
+        default="auto",
+        help="batches summed per optimizer step: auto = round(64 / batch), ramped from 1 during "
+        "warm-up as the authors' trainer does, or a fixed count",
+    )
     g.add_argument(
         "--trainer.limit_train_batches", dest="limit_train_batches", type=float, default=None
     )

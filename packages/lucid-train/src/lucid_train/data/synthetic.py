@@ -24,9 +24,9 @@ import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -50,12 +50,20 @@ FIGURE_SKELETON = ((0, 1), (1, 2), (1, 3), (1, 4), (4, 5), (4, 6))
 
 @dataclass(frozen=True)
 class SyntheticSpec:
-    """Size of a synthetic set: images per split and the range of image sides in pixels."""
+    """Size of a synthetic set: images per split, the range of image sides in pixels, and the
+    scenes: ``easy`` (the built-in sets) or ``hard`` (`lucid_train.data.hard_scenes`, the
+    benchmark sets that tell trainers apart; `SyntheticSpec.hard` has their sizes)."""
 
     num_train: int = 400
     num_val: int = 100
     min_side: int = 256
     max_side: int = 384
+    difficulty: Literal["easy", "hard"] = "easy"
+
+    @classmethod
+    def hard(cls, num_train: int = 256, num_val: int = 64) -> SyntheticSpec:
+        """The harder benchmark set: sides 480-800 drawn independently (mixed aspect)."""
+        return cls(num_train, num_val, min_side=480, max_side=800, difficulty="hard")
 
 
 def default_cache_dir() -> Path:
@@ -220,7 +228,7 @@ _GENERATORS = {
 }
 
 
-def _categories(task: Task) -> list[dict[str, Any]]:
+def _categories(task: Task, difficulty: str = "easy") -> list[dict[str, Any]]:
     if task == "pose":
         return [
             {
@@ -231,6 +239,10 @@ def _categories(task: Task) -> list[dict[str, Any]]:
                 "skeleton": [[a + 1, b + 1] for a, b in FIGURE_SKELETON],
             }
         ]
+    if difficulty == "hard":
+        from lucid_train.data.hard_scenes import HARD_CATEGORIES
+
+        return [{"id": i, "name": n, "supercategory": "shape"} for i, n in HARD_CATEGORIES[task]]
     names = BAR_CLASSES if task == "obb" else SHAPE_CLASSES
     return [{"id": i + 1, "name": n, "supercategory": "shape"} for i, n in enumerate(names)]
 
@@ -263,6 +275,12 @@ def _annotation(ann: dict[str, Any], ann_id: int, image_id: int) -> dict[str, An
 
 def _write(task: Task, root: Path, seed: int, spec: SyntheticSpec) -> None:
     gen = _GENERATORS[task]
+    if spec.difficulty == "hard":
+        from lucid_train.data.hard_scenes import hard_scene
+
+        def gen(rng: np.random.Generator, w: int, h: int) -> Any:
+            return hard_scene(task, rng, w, h)
+
     for split_no, (split, count) in enumerate((("train", spec.num_train), ("val", spec.num_val))):
         rng = np.random.default_rng(np.random.SeedSequence([seed, split_no, VERSION]))
         img_dir = root / "images" / split
@@ -279,10 +297,12 @@ def _write(task: Task, root: Path, seed: int, spec: SyntheticSpec) -> None:
             for a in drawn:
                 anns.append(_annotation(a, len(anns) + 1, i + 1))
         doc = {
-            "info": {"description": f"lucid synthetic {task} v{VERSION} seed {seed}"},
+            "info": {
+                "description": f"lucid synthetic {task} {spec.difficulty} v{VERSION} seed {seed}"
+            },
             "images": images,
             "annotations": anns,
-            "categories": _categories(task),
+            "categories": _categories(task, spec.difficulty),
         }
         (root / "annotations").mkdir(exist_ok=True)
         (root / "annotations" / f"{split}.json").write_text(json.dumps(doc))
@@ -305,7 +325,8 @@ def synthetic_dataset(
     spec = spec or SyntheticSpec()
     base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     sizes = f"{spec.num_train}x{spec.num_val}-{spec.min_side}to{spec.max_side}"
-    name = f"synthetic-{task}-v{VERSION}r{FORMAT_REVISION}-seed{seed}-{sizes}"
+    kind = "" if spec.difficulty == "easy" else f"-{spec.difficulty}"
+    name = f"synthetic-{task}{kind}-v{VERSION}r{FORMAT_REVISION}-seed{seed}-{sizes}"
     root = base / name
     if (root / "annotations" / "val.json").is_file():
         return root
@@ -341,10 +362,18 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--yolo", type=Path, default=None, help="also write a YOLO txt copy here")
-    parser.add_argument("--num-train", type=int, default=SyntheticSpec.num_train)
-    parser.add_argument("--num-val", type=int, default=SyntheticSpec.num_val)
+    parser.add_argument("--num-train", type=int, default=None)
+    parser.add_argument("--num-val", type=int, default=None)
+    parser.add_argument(
+        "--hard", action="store_true", help="the harder benchmark set (SyntheticSpec.hard)"
+    )
     args = parser.parse_args(argv)
-    spec = SyntheticSpec(num_train=args.num_train, num_val=args.num_val)
+    base = SyntheticSpec.hard() if args.hard else SyntheticSpec()
+    spec = replace(
+        base,
+        num_train=args.num_train if args.num_train is not None else base.num_train,
+        num_val=args.num_val if args.num_val is not None else base.num_val,
+    )
     root = synthetic_dataset(args.task, cache_dir=args.cache, seed=args.seed, spec=spec)
     print(root)
     if args.yolo is not None:

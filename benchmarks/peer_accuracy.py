@@ -1,0 +1,93 @@
+"""Accuracy against the authors' trainer on the harder benchmark sets, both decode paths.
+
+    PYTHONPATH=$(ls -d packages/*/src | paste -sd:):/tmp/site \\
+        python3 benchmarks/peer_accuracy.py --out OUT --tasks detect,segment --arms 1,auto
+
+Runs `peer_detect.py` once per (task, side): Ultralytics 8.4 and one lucid arm per
+``--trainer.accumulate_grad_batches`` value, side by side (accuracy, not speed, is measured here;
+each side trains in its own process with its own loader workers), on ``SyntheticSpec.hard()``
+(256 train / 64 val images, sides 480-800), imgsz 320, batch 16, 20 epochs, fp16 AMP on CUDA.
+Both sides are scored by the same pycocotools scorer on the same COCO ground truth (box, and mask
+for segment). Writes ``OUT/peer-accuracy.json`` (``{"date", "rows": [...]}``),
+``OUT/peer-accuracy.md``
+and each run's own folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tasks", default="detect,segment")
+    parser.add_argument("--arms", default="1,auto", help="our accumulate settings; last is judged")
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=4, help="loader workers per run")
+    parser.add_argument("--device", default="0")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/lucid-peer-accuracy"))
+    parser.add_argument("--side-timeout", type=float, default=560.0)
+    args = parser.parse_args(argv)
+    tasks = [t for t in args.tasks.split(",") if t]
+    arms = [a for a in args.arms.split(",") if a]
+    jobs: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
+    common = ["--set", "hard", "--epochs", str(args.epochs), "--workers", str(args.workers),
+              "--device", args.device, "--side-timeout", str(args.side_timeout)]  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    for task in tasks:
+        sides = [("peer", ["--peer-only"])] + [
+            (f"acc{a}", ["--ours-only", "--ours-accumulate", a]) for a in arms
+        ]
+        for side, flags in sides:
+            out = args.out / f"{task}-{side}"
+            cmd = [sys.executable, str(HERE / "peer_detect.py"), "--task", task, *common, *flags,
+                   "--out", str(out), "--work", str(args.work / f"{task}-{side}")]  # fmt: skip
+            print("$ " + " ".join(cmd), flush=True)
+            out.mkdir(parents=True, exist_ok=True)
+            with (out / "driver.log").open("wb") as log:
+                jobs[(task, side)] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    for key, job in jobs.items():
+        print(f"{key}: exit {job.wait()}", flush=True)
+    rows: list[dict[str, Any]] = []
+    tables: list[str] = []
+    for task in tasks:
+        peer = _report(args.out / f"{task}-peer")
+        for arm in arms:
+            ours = _report(args.out / f"{task}-acc{arm}")
+            if ours is None or peer is None:
+                continue
+            merged = {**ours, "peer": peer.get("peer", {})}
+            sys.path.insert(0, str(HERE))
+            import peer_detect
+
+            rows.extend(peer_detect.accuracy_rows(merged, arm))
+            merged["verdict"] = peer_detect.verdict(merged, arm) or "n/a"
+            tables.append(peer_detect.table(merged))
+    doc = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join([sys.executable, *sys.argv]),
+        "wall_s": round(time.perf_counter() - start, 1),
+        "rows": rows,
+    }
+    (args.out / "peer-accuracy.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (args.out / "peer-accuracy.md").write_text("\n\n".join(tables) + "\n")
+    print("\n\n".join(tables))
+
+
+def _report(folder: Path) -> dict[str, Any] | None:
+    path = folder / "peer_detect.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+if __name__ == "__main__":
+    main()
