@@ -198,3 +198,20 @@ def test_fit_trains_with_the_authors_default_augmentation_unless_the_scale_polic
         dm = _datamodule(args, "segment", 64, 4, "s")
         assert dm.augment == expected
     assert AugmentConfig.for_variant("s").copy_paste > 0 == AugmentConfig().copy_paste
+
+
+def test_precision_auto_is_the_authors_amp_on_cuda_and_full_precision_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    from lucid_train.cli import build_parser, resolve_precision
+
+    assert build_parser().parse_args(["fit"]).precision == "auto"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_precision("auto", "auto") == "32-true"
+    assert resolve_precision("auto", "gpu") == "32-true"  # no CUDA: nothing to mix on
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_precision("auto", "auto") == "16-mixed"
+    assert resolve_precision("auto", "cpu") == "32-true"
+    assert resolve_precision("bf16-mixed", "auto") == "bf16-mixed"

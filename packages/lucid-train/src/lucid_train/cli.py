@@ -24,10 +24,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "resolve_precision"]
 
 FORMATS = ("auto", "coco", "coco-split-folders", "yolo", "dota")
-PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
+PRECISIONS = ("auto", "32-true", "16-mixed", "bf16-mixed")
 # The main job's defaults (assumptions.md T61): small canvas and a short run sized for a 2-core CPU.
 DEFAULT_IMG_SIZE = 320
 DEFAULT_BATCH = 16
@@ -73,7 +73,13 @@ def _add_trainer(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("trainer")
     g.add_argument("--trainer.accelerator", dest="accelerator", default="auto")
     g.add_argument("--trainer.devices", dest="devices", default="auto")
-    g.add_argument("--trainer.precision", dest="precision", default="32-true", choices=PRECISIONS)
+    g.add_argument(
+        "--trainer.precision",
+        dest="precision",
+        default="auto",
+        choices=PRECISIONS,
+        help="auto: 16-mixed on CUDA (the authors' AMP), 32-true elsewhere",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -258,7 +264,7 @@ def _fit(args: argparse.Namespace) -> int:
     trainer = build_trainer(
         run_dir,
         max_epochs=args.max_epochs,
-        precision=args.precision,
+        precision=resolve_precision(args.precision, args.accelerator),
         accelerator=args.accelerator,
         devices=_devices(args.devices),
         deterministic=args.deterministic,
@@ -277,6 +283,17 @@ def _fit(args: argparse.Namespace) -> int:
         f"checkpoints in {run_dir / 'checkpoints'}"
     )
     return 0
+
+
+def resolve_precision(precision: str, accelerator: str) -> str:
+    """``auto`` -> ``16-mixed`` when the run lands on CUDA (as the authors' ``amp=True``), else
+    ``32-true``; any other value is kept."""
+    if precision != "auto":
+        return precision
+    import torch
+
+    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    return "16-mixed" if cuda and torch.cuda.is_available() else "32-true"
 
 
 def _share_cores(accelerator: str, workers: int) -> None:
@@ -318,7 +335,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     trainer = build_trainer(
         None,
         ema=False,
-        precision=args.precision,
+        precision=resolve_precision(args.precision, args.accelerator),
         accelerator=args.accelerator,
         devices=_devices(args.devices),
     )
