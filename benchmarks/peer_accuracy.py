@@ -1,16 +1,16 @@
 """Accuracy against the authors' trainer on the harder benchmark sets, both decode paths.
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:):/tmp/site \\
-        python3 benchmarks/peer_accuracy.py --out OUT --tasks detect,segment --arms 1,auto
+        python3 benchmarks/peer_accuracy.py --out OUT --tasks detect,segment,pose,obb --arms auto
 
 Runs `peer_detect.py` once per (task, side): Ultralytics 8.4 and one lucid arm per
 ``--trainer.accumulate_grad_batches`` value, side by side (accuracy, not speed, is measured here;
 each side trains in its own process with its own loader workers), on ``SyntheticSpec.hard()``
 (256 train / 64 val images, sides 480-800), imgsz 320, batch 16, 20 epochs, fp16 AMP on CUDA.
-Both sides are scored by the same pycocotools scorer on the same COCO ground truth (box, and mask
-for segment). Writes ``OUT/peer-accuracy.json`` (``{"date", "rows": [...]}``),
-``OUT/peer-accuracy.md``
-and each run's own folder.
+Both sides are scored by one scorer on the same ground truth: pycocotools for boxes, segment
+masks and pose keypoints (our OKS sigmas), our DOTA-protocol evaluator for obb. Writes
+``OUT/peer-accuracy.json`` (``{"date", "rows": [...]}``), ``OUT/peer-accuracy.md`` and each
+run's own folder.
 """
 
 from __future__ import annotations

@@ -381,8 +381,7 @@ class YOLOModule(L.LightningModule):
             optimizer_closure()  # forward and backward only: the gradients keep summing
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
-        plan = self.accumulation
-        if plan is None or plan.starts_window(self.trainer.global_step):
+        if not self._window_open():
             optimizer.zero_grad()
 
     def on_validation_model_zero_grad(self) -> None:
