@@ -2,11 +2,13 @@
 
 Segmentation prototypes live at stride 4, so masks are drawn straight at that resolution as one
 ``(H / 4, W / 4)`` int16 *instance map* per image: value ``j + 1`` marks instance ``j`` of that
-image, 0 background. A cell belongs to a ring when its centre lies inside it (even-odd rule),
-which is what the authors' full-resolution fill followed by a 4x bilinear reduction keeps, with
-no growth (assumptions D14). Larger instances are drawn first, so where rings overlap the
-smaller one wins (it would otherwise vanish). `lucid_train.data.transport.Batch.instance_masks`
-expands the map to one boolean mask per instance on the device.
+image, 0 background. Cells follow the authors' targets (assumptions D14): the ring is filled at
+the canvas resolution from integer vertices, its outline included, and the map is the bilinear
+reduction of that fill by ``stride``, a cell on at 0.5 or more (at stride 4: when 2 of the 4
+pixels around its centre are). Larger instances are drawn first, so where
+rings overlap the smaller one wins (it would otherwise vanish).
+`lucid_train.data.transport.Batch.instance_masks` expands the map to one boolean mask per
+instance on the device.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+from PIL import Image, ImageDraw
 
 from lucid_train.data.polygons import polygon_area
 
 MASK_STRIDE = 4
-_CHUNK = 1 << 22  # edge x row x column tests per block, to bound memory on huge polygons
 
 
 def instance_map(
@@ -33,32 +35,45 @@ def instance_map(
     out = np.zeros((h, w), np.int16)
     order = sorted(range(len(rings)), key=lambda i: -polygon_area(rings[i]))
     for j in order:
-        fill_centres(out, np.asarray(rings[j], np.float64) / stride, j + 1)
+        fill_ring(out, np.asarray(rings[j], np.float64), j + 1, stride)
     return out
 
 
-def fill_centres(grid: npt.NDArray[np.int16], ring: npt.NDArray[np.float64], value: int) -> None:
-    """Set ``grid`` cells whose centre ``(c + 0.5, r + 0.5)`` lies inside ``ring`` (``(P, 2)``
-    in grid units, even-odd rule) to ``value``."""
+def _taps(first: int, count: int, stride: int) -> tuple[npt.NDArray[np.int64], float]:
+    """The lower of the two canvas pixels a ``stride``-fold bilinear reduction reads for each of
+    the cells ``first .. first + count - 1``, and the weight of the upper one."""
+    centre = (np.arange(first, first + count) + 0.5) * stride - 0.5
+    low = np.floor(centre)
+    return low.astype(np.int64), float(centre[0] - low[0])
+
+
+def fill_ring(
+    grid: npt.NDArray[np.int16], ring: npt.NDArray[np.float64], value: int, stride: int
+) -> None:
+    """Set the cells of ``grid`` (the ``stride`` grid) that the authors' fill-and-reduce of
+    ``ring`` (``(P, 2)`` canvas pixels) turns on to ``value``. The fill runs on a patch around
+    the ring only."""
     h, w = grid.shape
     if len(ring) < 3 or h == 0 or w == 0:
         return
+    ring = np.trunc(ring)  # the fill takes integer vertices (truncated, as int32 does)
     lo, hi = ring.min(0), ring.max(0)
-    c0, c1 = max(int(np.floor(lo[0] - 0.5)), 0), min(int(np.ceil(hi[0] - 0.5)) + 1, w)
-    r0, r1 = max(int(np.floor(lo[1] - 0.5)), 0), min(int(np.ceil(hi[1] - 0.5)) + 1, h)
+    c0, c1 = max(int(lo[0] // stride) - 1, 0), min(int(hi[0] // stride) + 2, w)
+    r0, r1 = max(int(lo[1] // stride) - 1, 0), min(int(hi[1] // stride) + 2, h)
     if c0 >= c1 or r0 >= r1:
         return
-    a, b = ring, np.roll(ring, -1, axis=0)  # edges a -> b
-    xs = np.arange(c0, c1) + 0.5
-    rows = max(1, _CHUNK // max(len(ring) * (c1 - c0), 1))
-    for start in range(r0, r1, rows):
-        ys = np.arange(start, min(start + rows, r1)) + 0.5
-        # an edge crosses the horizontal line through a centre when its ends straddle it
-        crosses = (a[:, 1, None] > ys) != (b[:, 1, None] > ys)  # (E, R)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = (ys - a[:, 1, None]) / (b[:, 1, None] - a[:, 1, None])
-        x_at = a[:, 0, None] + t * (b[:, 0, None] - a[:, 0, None])  # (E, R)
-        hits = crosses[:, :, None] & (x_at[:, :, None] > xs)  # (E, R, C): crossings right of it
-        inside = hits.sum(0) % 2 == 1
-        block = grid[start : start + len(ys), c0:c1]
-        block[inside] = value
+    xs, wx = _taps(c0, c1 - c0, stride)
+    ys, wy = _taps(r0, r1 - r0, stride)
+    x0, y0 = int(xs[0]), int(ys[0])  # the patch's origin in canvas pixels
+    patch = Image.new("L", (int(xs[-1]) - x0 + 2, int(ys[-1]) - y0 + 2), 0)
+    pts = [(float(x - x0), float(y - y0)) for x, y in ring]
+    draw = ImageDraw.Draw(patch)
+    draw.polygon(pts, fill=1)
+    draw.line([*pts, pts[0]], fill=1, width=1)  # the outline, as the authors' fill draws it
+    on = np.asarray(patch, np.float64)
+    xi, yi = xs - x0, ys - y0
+    level = (1 - wy) * ((1 - wx) * on[np.ix_(yi, xi)] + wx * on[np.ix_(yi, xi + 1)]) + wy * (
+        (1 - wx) * on[np.ix_(yi + 1, xi)] + wx * on[np.ix_(yi + 1, xi + 1)]
+    )
+    block = grid[r0:r1, c0:c1]
+    block[level >= 0.5] = value
