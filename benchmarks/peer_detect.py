@@ -406,6 +406,15 @@ def rescore_rotated(pred_json: Path, data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _peer_extra(task: str, metrics: Any) -> dict[str, float]:
+    """Ultralytics' own mask / pose mAP50-95 beside its box one."""
+    if task == "segment":
+        return {"mask_ultralytics_mAP50-95": float(metrics.seg.map)}
+    if task == "pose":
+        return {"pose_ultralytics_mAP50-95": float(metrics.pose.map)}
+    return {}
+
+
 def peer_half(spec_path: Path) -> None:
     """The Ultralytics side, in its own process (the environment is set by `run_peer`)."""
     spec = json.loads(spec_path.read_text())
@@ -479,7 +488,7 @@ def peer_half(spec_path: Path) -> None:
         out[path] = {
             "ultralytics_mAP50-95": float(metrics.box.map),
             "ultralytics_mAP50": float(metrics.box.map50),
-            **({"mask_ultralytics_mAP50-95": float(metrics.seg.map)} if task == "segment" else {}),
+            **_peer_extra(task, metrics),
             "validator_end2end": seen.get("end2end"),
             "predictions": str(Path(metrics.save_dir) / "predictions.json"),
             "val_wall_s": round(time.perf_counter() - start, 1),
