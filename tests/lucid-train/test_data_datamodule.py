@@ -185,3 +185,33 @@ def test_datamodule_refuses_bad_settings_at_construction() -> None:
         LucidDataModule("detect", img_size=100)
     with pytest.raises(ValueError, match="task: expected one of"):
         LucidDataModule("classify")  # type: ignore[arg-type]
+
+
+def test_a_ram_cache_serves_the_batches_of_decoding_per_sample(
+    small_synthetic: Callable[[Task], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    batches = {}
+    for cache in ("none", "ram"):
+        dm = LucidDataModule("segment", small_synthetic("segment"), img_size=64, batch_size=4,
+                             num_workers=0, cache=cache)  # type: ignore[arg-type]  # fmt: skip
+        dm.setup("fit")
+        batches[cache] = (next(iter(dm.train_dataloader())), next(iter(dm.val_dataloader())))
+    out = capsys.readouterr().out
+    assert "caching 12 train images in RAM" in out and "GiB decoded" in out
+    assert out.index("caching 12 train") < out.index("cached 12/12 train")  # size before filling
+    for plain, cached in zip(batches["none"], batches["ram"], strict=True):
+        assert torch.equal(plain.images, cached.images)
+        assert torch.equal(plain.boxes, cached.boxes)
+        assert torch.equal(plain.instance_map, cached.instance_map)
+
+
+def test_a_ram_cache_larger_than_the_free_memory_is_refused_with_the_fix(
+    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lucid_train.data.ram_cache as ram_cache
+
+    monkeypatch.setattr(ram_cache, "available_memory", lambda: 1000)
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0,
+                         cache="ram")  # fmt: skip
+    with pytest.raises(MemoryError, match=r"use --data\.cache none"):
+        dm.setup("fit")

@@ -50,6 +50,13 @@ def _add_data(p: argparse.ArgumentParser, *, sizes: bool = True) -> None:
         help="on-disk layout; auto probes the folder",
     )
     g.add_argument("--data.num_workers", dest="num_workers", type=int, default=None)
+    g.add_argument(
+        "--data.cache",
+        dest="data_cache",
+        default="none",
+        choices=("none", "ram"),
+        help="ram: decode every image once at setup and train from memory (size printed first)",
+    )
     if sizes:
         g.add_argument(
             "--data.img_size",
@@ -202,6 +209,7 @@ def _datamodule(
         num_workers=args.num_workers,
         variant=variant if getattr(args, "scale_policy", False) else None,
         seed=getattr(args, "data_seed", 0),
+        cache=args.data_cache,
     )
 
 

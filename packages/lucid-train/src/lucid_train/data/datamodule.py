@@ -23,6 +23,7 @@ from lucid_train.data.coco import coco_document
 from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset, worker_init
 from lucid_train.data.image_io import Verify
 from lucid_train.data.layout import Layout, read_split
+from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import TASKS, DatasetIndex, DatasetSchema, Task
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch, collate
@@ -51,6 +52,9 @@ class LucidDataModule(L.LightningDataModule):
         persistent_workers: keep workers alive between epochs (the epoch still reaches them
             through the sampler's keys, so the batches are the same); starting them afresh each
             epoch cost seconds per epoch in a short fit.
+        cache: ``ram`` decodes every image of the splits in use once, at setup, and serves
+            samples from memory (`lucid_train.data.ram_cache`; the size is printed first);
+            ``none`` decodes per sample.
     """
 
     def __init__(
@@ -74,8 +78,11 @@ class LucidDataModule(L.LightningDataModule):
         missing_labels: MissingLabels = "error",
         pin_memory: bool | None = None,
         persistent_workers: bool = True,
+        cache: Literal["none", "ram"] = "none",
     ) -> None:
         super().__init__()
+        if cache not in ("none", "ram"):
+            raise ValueError(f"cache: expected 'none' or 'ram', got {cache!r}")
         if task not in TASKS:
             raise ValueError(f"task: expected one of {list(TASKS)}, got {task!r}")
         if img_size <= 0 or img_size % 32:
@@ -101,6 +108,8 @@ class LucidDataModule(L.LightningDataModule):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.persistent_workers = persistent_workers
         self.indices: dict[str, DatasetIndex] = {}
+        self.cache = cache
+        self.ram: dict[str, RamImages] = {}  # by split key, filled in setup with cache="ram"
         self.close_mosaic_from: int | None = None
         self._root: Path | None = None
 
@@ -142,10 +151,24 @@ class LucidDataModule(L.LightningDataModule):
             self._index("val")
         if stage == "test":
             self._index("test")
+        if self.cache == "ram":
+            stages = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}
+            for name in stages.get(stage or "fit", ("train", "val")):
+                self._ram(name)
         trainer = getattr(self, "trainer", None)
         max_epochs = getattr(trainer, "max_epochs", None)
         if max_epochs is not None and max_epochs > 0 and self.augment.close_mosaic:
             self.close_mosaic_from = max(0, max_epochs - self.augment.close_mosaic)
+
+    def _ram(self, stage: str) -> RamImages | None:
+        """The stage's split decoded in RAM (filled on first use), or None without the cache."""
+        if self.cache != "ram":
+            return None
+        key = f"{stage}:{self.splits[stage]}"
+        if key not in self.ram:
+            self.ram[key] = RamImages(self._index(stage).records, self.splits[stage])
+        self.ram[key].fill()
+        return self.ram[key]
 
     @property
     def schema(self) -> DatasetSchema:
@@ -189,6 +212,7 @@ class LucidDataModule(L.LightningDataModule):
             seed=self.seed,
             pool_size=self.batch_size,
             close_mosaic_from=self.close_mosaic_from,
+            ram=self._ram("train"),
         )
 
     def train_dataloader(self) -> DataLoader[Batch]:
@@ -202,8 +226,12 @@ class LucidDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader[Batch]:
         index = self._index("val")
-        return self._loader(EvalDataset(index.records, index.schema, self.img_size))
+        return self._loader(
+            EvalDataset(index.records, index.schema, self.img_size, self._ram("val"))
+        )
 
     def test_dataloader(self) -> DataLoader[Batch]:
         index = self._index("test")
-        return self._loader(EvalDataset(index.records, index.schema, self.img_size))
+        return self._loader(
+            EvalDataset(index.records, index.schema, self.img_size, self._ram("test"))
+        )

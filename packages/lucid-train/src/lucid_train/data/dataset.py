@@ -25,6 +25,7 @@ from lucid_train.data.augment.letterbox import letterbox
 from lucid_train.data.augment.pipeline import TrainAugment
 from lucid_train.data.image_io import open_rgb
 from lucid_train.data.masks import MASK_STRIDE, instance_map
+from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import DatasetSchema, ImageRecord
 from lucid_train.data.targets import Targets
 from lucid_train.data.transport import Sample
@@ -38,17 +39,23 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 
 
 class _DecodeCache:
-    """A small per-worker LRU of decoded images (mosaic partners repeat within a batch)."""
+    """A small per-worker LRU of decoded images (mosaic partners repeat within a batch), or the
+    split's `RamImages` when it is cached whole."""
 
-    def __init__(self, records: Sequence[ImageRecord], capacity: int) -> None:
+    def __init__(
+        self, records: Sequence[ImageRecord], capacity: int, ram: RamImages | None = None
+    ) -> None:
         self.records = records
         self.capacity = capacity
+        self.ram = ram
         self.items: OrderedDict[int, Image.Image] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def __call__(self, index: int) -> tuple[Image.Image, Targets]:
         rec = self.records[index]
+        if self.ram is not None:
+            return self.ram.image(index), rec.targets
         image = self.items.get(index)
         if image is None:
             self.misses += 1
@@ -78,6 +85,7 @@ class TrainDataset(Dataset[Sample]):
         pool_size: partner pool (consecutive epoch positions), usually the batch size.
         close_mosaic_from: first epoch trained with `AugmentConfig.without_mosaic`, or None.
         cache_images: decoded images each worker keeps.
+        ram: the split decoded in RAM (``cache="ram"``), index-aligned with ``records``.
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class TrainDataset(Dataset[Sample]):
         pool_size: int = 16,
         close_mosaic_from: int | None = None,
         cache_images: int = 64,
+        ram: RamImages | None = None,
     ) -> None:
         if not records:
             raise ValueError("TrainDataset: the split holds no images")
@@ -101,7 +110,7 @@ class TrainDataset(Dataset[Sample]):
         self.seed = seed
         self.pool_size = max(1, pool_size)
         self.close_mosaic_from = close_mosaic_from
-        self.cache = _DecodeCache(self.records, max(cache_images, 2 * self.pool_size))
+        self.cache = _DecodeCache(self.records, max(cache_images, 2 * self.pool_size), ram)
         self._perm_epoch = -1
         self._perm = np.zeros(0, np.int64)
 
@@ -135,19 +144,28 @@ class TrainDataset(Dataset[Sample]):
 
 
 class EvalDataset(Dataset[Sample]):
-    """Letterboxed validation / test samples in record order."""
+    """Letterboxed validation / test samples in record order (``ram``: the split decoded in
+    RAM)."""
 
-    def __init__(self, records: Sequence[ImageRecord], schema: DatasetSchema, size: int) -> None:
+    def __init__(
+        self,
+        records: Sequence[ImageRecord],
+        schema: DatasetSchema,
+        size: int,
+        ram: RamImages | None = None,
+    ) -> None:
         self.records = list(records)
         self.schema = schema
         self.size = size
+        self.ram = ram
 
     def __len__(self) -> int:
         return len(self.records)
 
     def __getitem__(self, index: int) -> Sample:
         rec = self.records[index]
-        image, targets, params = letterbox(open_rgb(rec.path), rec.targets, self.size)
+        source = self.ram.image(index) if self.ram is not None else open_rgb(rec.path)
+        image, targets, params = letterbox(source, rec.targets, self.size)
         return _sample(image, targets, self.schema, rec, (params.gain, params.pad_x, params.pad_y))
 
 
