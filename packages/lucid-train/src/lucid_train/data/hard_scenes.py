@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from lucid_train.data.synthetic import bar_ring, place, stick_figure
+
 __all__ = ["HARD_CATEGORIES", "hard_scene"]
 
 # (id, name) per task; the last detect/obb category never gets an annotation.
@@ -99,14 +101,9 @@ def _clutter(rng: np.random.Generator, draw: ImageDraw.ImageDraw, w: int, h: int
 def _place(
     rng: np.random.Generator, w: int, h: int, r: float, taken: list[tuple[float, float, float]]
 ) -> tuple[float, float] | None:
-    """A centre keeping ``r`` inside the image; neighbours may overlap (partial occlusion) but
-    not come closer than 0.6 of the summed radii."""
-    for _ in range(40):
-        cx, cy = rng.uniform(r + 1, w - r - 1), rng.uniform(r + 1, h - r - 1)
-        if all(math.hypot(cx - x, cy - y) > 0.6 * (r + q) for x, y, q in taken):
-            taken.append((cx, cy, r))
-            return cx, cy
-    return None
+    """Neighbours may overlap (partial occlusion) but not come closer than 0.6 of the summed
+    radii."""
+    return place(rng, w, h, r, taken, margin=1.0, spacing=0.6, tries=40)
 
 
 def _log_size(rng: np.random.Generator, side: int, lo: float, hi: float) -> float:
@@ -118,10 +115,16 @@ def _circle(cx: float, cy: float, r: float, n: int = 32) -> np.ndarray:
     return np.stack([cx + r * np.cos(a), cy + r * np.sin(a)], -1)
 
 
-def _shapes(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, list[dict[str, Any]]]:
+def _scene(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, ImageDraw.ImageDraw]:
+    """A textured, cluttered ``w`` x ``h`` background and a pen on it."""
     img = Image.fromarray(np.clip(_textured(rng, w, h), 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(img)
     _clutter(rng, draw, w, h)
+    return img, draw
+
+
+def _shapes(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, list[dict[str, Any]]]:
+    img, draw = _scene(rng, w, h)
     ids = [c for c, _ in HARD_CATEGORIES["detect"]]
     anns: list[dict[str, Any]] = []
     taken: list[tuple[float, float, float]] = []
@@ -147,9 +150,7 @@ def _shapes(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, list
 
 
 def _bars(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, list[dict[str, Any]]]:
-    img = Image.fromarray(np.clip(_textured(rng, w, h), 0, 255).astype(np.uint8))
-    draw = ImageDraw.Draw(img)
-    _clutter(rng, draw, w, h)
+    img, draw = _scene(rng, w, h)
     ids = [c for c, _ in HARD_CATEGORIES["obb"]]
     anns: list[dict[str, Any]] = []
     taken: list[tuple[float, float, float]] = []
@@ -160,10 +161,7 @@ def _bars(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, list[d
         spot = _place(rng, w, h, long_side / 2, taken)
         if spot is None:
             continue
-        t = rng.uniform(-math.pi / 2, math.pi / 2)
-        u, v = np.array([math.cos(t), math.sin(t)]), np.array([-math.sin(t), math.cos(t)])
-        c, du, dv = np.array(spot), u * long_side / 2, v * short / 2
-        ring = np.stack([c - du - dv, c + du - dv, c + du + dv, c - du + dv])
+        ring = bar_ring(spot, long_side, short, rng.uniform(-math.pi / 2, math.pi / 2))
         colour = _colour(rng, CLASS_COLOURS[int(rng.integers(0, len(CLASS_COLOURS)))])
         draw.polygon([(float(x), float(y)) for x, y in ring], fill=colour)
         anns.append({"category_id": ids[kind], "ring": ring})
@@ -171,9 +169,7 @@ def _bars(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, list[d
 
 
 def _figures(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, list[dict[str, Any]]]:
-    img = Image.fromarray(np.clip(_textured(rng, w, h), 0, 255).astype(np.uint8))
-    draw = ImageDraw.Draw(img)
-    _clutter(rng, draw, w, h)
+    img, draw = _scene(rng, w, h)
     anns: list[dict[str, Any]] = []
     taken: list[tuple[float, float, float]] = []
     palette = ((240, 240, 240), (30, 30, 30), (240, 140, 30))
@@ -182,30 +178,11 @@ def _figures(rng: np.random.Generator, w: int, h: int) -> tuple[Image.Image, lis
         spot = _place(rng, w, h, height / 2, taken)
         if spot is None:
             continue
-        cx, cy = spot
         colour = _colour(rng, palette[int(rng.integers(0, 3))])
-        lean = rng.uniform(-0.2, 0.2) * height
-        neck = np.array([cx + lean / 2, cy - 0.25 * height])
-        hip = np.array([cx - lean / 2, cy + 0.1 * height])
-        head = neck + np.array([lean * 0.3, -0.15 * height])
-        arm, leg = 0.3 * height, 0.4 * height
-
-        def limb(origin: np.ndarray, length: float, lo: float, hi: float, side: int) -> np.ndarray:
-            a = math.radians(rng.uniform(lo, hi))
-            return origin + length * np.array([side * math.cos(a), math.sin(a)])
-
-        kpts = np.stack([head, neck, limb(neck, arm, -60, 80, +1), limb(neck, arm, -60, 80, -1),
-                         hip, limb(hip, leg, 50, 88, +1), limb(hip, leg, 50, 88, -1)])  # fmt: skip
-        width = int(rng.integers(1, 4))
-        for a, b in ((0, 1), (1, 2), (1, 3), (1, 4), (4, 5), (4, 6)):
-            draw.line([tuple(kpts[a]), tuple(kpts[b])], fill=colour, width=width)
-        hr = 0.07 * height
-        draw.ellipse([head[0] - hr, head[1] - hr, head[0] + hr, head[1] + hr], fill=colour)
-        lo = np.clip(np.minimum(kpts.min(0) - width / 2, head - hr), 0, [w, h])
-        hi = np.clip(np.maximum(kpts.max(0) + width / 2, head + hr), 0, [w, h])
-        inside = (kpts[:, 0] >= 0) & (kpts[:, 0] <= w) & (kpts[:, 1] >= 0) & (kpts[:, 1] <= h)
-        anns.append({"category_id": 1, "box": np.concatenate([lo, hi]), "keypoints": kpts,
-                     "vis": np.where(inside, 2, 0)})  # fmt: skip
+        anns.append(
+            stick_figure(rng, draw, (w, h), spot, height, colour, lean=0.2, arms=(-60, 80),
+                         legs=(50, 88), width=lambda: int(rng.integers(1, 4)), head=0.07)
+        )  # fmt: skip
     return img, anns
 
 

@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -88,12 +89,23 @@ def _jitter(rng: np.random.Generator, colour: tuple[int, int, int]) -> tuple[int
     return (int(c[0]), int(c[1]), int(c[2]))
 
 
-def _place(
-    rng: np.random.Generator, w: int, h: int, r: float, taken: list[tuple[float, float, float]]
+def place(
+    rng: np.random.Generator,
+    w: int,
+    h: int,
+    r: float,
+    taken: list[tuple[float, float, float]],
+    *,
+    margin: float = 2.0,
+    spacing: float = 0.9,
+    tries: int = 30,
 ) -> tuple[float, float] | None:
-    for _ in range(30):
-        cx, cy = rng.uniform(r + 2, w - r - 2), rng.uniform(r + 2, h - r - 2)
-        if all(math.hypot(cx - x, cy - y) > 0.9 * (r + q) for x, y, q in taken):
+    """A centre keeping a disc of radius ``r`` ``margin`` px inside the image and farther than
+    ``spacing`` x the summed radii from every centre in ``taken`` (below 1 lets neighbours
+    overlap); appended to ``taken``. None when ``tries`` draws find none."""
+    for _ in range(tries):
+        cx, cy = rng.uniform(r + margin, w - r - margin), rng.uniform(r + margin, h - r - margin)
+        if all(math.hypot(cx - x, cy - y) > spacing * (r + q) for x, y, q in taken):
             taken.append((cx, cy, r))
             return cx, cy
     return None
@@ -123,7 +135,7 @@ def _shapes_image(
     for _ in range(int(rng.integers(1, 6))):
         kind = int(rng.integers(0, 3))
         r = float(rng.uniform(0.1, 0.18) * min(w, h))
-        spot = _place(rng, w, h, r, taken)
+        spot = place(rng, w, h, r, taken)
         if spot is None:
             continue
         ring = _shape_ring(rng, kind, *spot, r)
@@ -143,20 +155,10 @@ def _bars_image(
         kind = int(rng.integers(0, 3))
         long_side = float(rng.uniform(0.25, 0.4) * min(w, h))
         short = long_side / rng.uniform(*BAR_ASPECTS[kind])
-        spot = _place(rng, w, h, long_side / 2, taken)
+        spot = place(rng, w, h, long_side / 2, taken)
         if spot is None:
             continue
-        t = rng.uniform(-math.pi / 2, math.pi / 2)
-        u, v = np.array([math.cos(t), math.sin(t)]), np.array([-math.sin(t), math.cos(t)])
-        c = np.array(spot)
-        ring = np.stack(
-            [
-                c - u * long_side / 2 - v * short / 2,
-                c + u * long_side / 2 - v * short / 2,
-                c + u * long_side / 2 + v * short / 2,
-                c - u * long_side / 2 + v * short / 2,
-            ]
-        )
+        ring = bar_ring(spot, long_side, short, rng.uniform(-math.pi / 2, math.pi / 2))
         _draw(draw, ring, _jitter(rng, BAR_COLOURS[kind]))
         anns.append({"category_id": kind + 1, "ring": ring})
     return img, anns
@@ -171,53 +173,75 @@ def _figures_image(
     taken: list[tuple[float, float, float]] = []
     for _ in range(int(rng.integers(1, 4))):
         height = float(rng.uniform(0.35, 0.6) * min(w, h))
-        spot = _place(rng, w, h, height / 2, taken)
+        spot = place(rng, w, h, height / 2, taken)
         if spot is None:
             continue
         cx, cy = spot
         colour = _jitter(
             rng, ((240, 240, 240), (30, 30, 30), (240, 140, 30))[int(rng.integers(0, 3))]
         )
-        lean = rng.uniform(-0.15, 0.15) * height
-        neck = np.array([cx + lean / 2, cy - 0.25 * height])
-        hip = np.array([cx - lean / 2, cy + 0.1 * height])
-        head = neck + np.array([lean * 0.3, -0.15 * height])
-        arm, leg = 0.3 * height, 0.4 * height
-
-        def limb(origin: np.ndarray, length: float, lo: float, hi: float, side: int) -> np.ndarray:
-            a = math.radians(rng.uniform(lo, hi))
-            return origin + length * np.array([side * math.cos(a), math.sin(a)])
-
-        # The figure faces the viewer: its left hand and foot are on the image's right (+x).
-        kpts = np.stack(
-            [
-                head,
-                neck,
-                limb(neck, arm, -40, 70, +1),
-                limb(neck, arm, -40, 70, -1),
-                hip,
-                limb(hip, leg, 55, 85, +1),
-                limb(hip, leg, 55, 85, -1),
-            ]
-        )
-        width = max(2, round(height * 0.06))
-        for a, b in FIGURE_SKELETON:
-            draw.line([tuple(kpts[a]), tuple(kpts[b])], fill=colour, width=width)
-        hr = 0.08 * height
-        draw.ellipse([head[0] - hr, head[1] - hr, head[0] + hr, head[1] + hr], fill=colour)
-        lo = np.minimum(kpts.min(0) - width / 2, head - hr)
-        hi = np.maximum(kpts.max(0) + width / 2, head + hr)
-        lo, hi = np.clip(lo, 0, [w, h]), np.clip(hi, 0, [w, h])
-        inside = (kpts[:, 0] >= 0) & (kpts[:, 0] <= w) & (kpts[:, 1] >= 0) & (kpts[:, 1] <= h)
         anns.append(
-            {
-                "category_id": 1,
-                "box": np.concatenate([lo, hi]),
-                "keypoints": kpts,
-                "vis": np.where(inside, 2, 0),
-            }
-        )
+            stick_figure(rng, draw, (w, h), (cx, cy), height, colour, lean=0.15,
+                         arms=(-40, 70), legs=(55, 85), width=max(2, round(height * 0.06)),
+                         head=0.08)
+        )  # fmt: skip
     return img, anns
+
+
+def stick_figure(
+    rng: np.random.Generator,
+    draw: ImageDraw.ImageDraw,
+    size: tuple[int, int],
+    centre: tuple[float, float],
+    height: float,
+    colour: tuple[int, int, int],
+    *,
+    lean: float,
+    arms: tuple[float, float],
+    legs: tuple[float, float],
+    width: int | Callable[[], int],
+    head: float,
+) -> dict[str, Any]:
+    """Draw one stick figure of ``height`` at ``centre`` and return its annotation (box,
+    keypoints, visibility). ``lean`` is the largest lean as a fraction of the height, ``arms`` /
+    ``legs`` the limb angle ranges in degrees, ``width`` the stroke (a callable is asked after
+    the limbs are drawn from ``rng``), ``head`` the head radius as a fraction of the height."""
+    w, h = size
+    cx, cy = centre
+    tilt = rng.uniform(-lean, lean) * height
+    neck = np.array([cx + tilt / 2, cy - 0.25 * height])
+    hip = np.array([cx - tilt / 2, cy + 0.1 * height])
+    top = neck + np.array([tilt * 0.3, -0.15 * height])
+    arm, leg = 0.3 * height, 0.4 * height
+
+    def limb(origin: np.ndarray, length: float, lo: float, hi: float, side: int) -> np.ndarray:
+        a = math.radians(rng.uniform(lo, hi))
+        return origin + length * np.array([side * math.cos(a), math.sin(a)])
+
+    # The figure faces the viewer: its left hand and foot are on the image's right (+x).
+    kpts = np.stack([top, neck, limb(neck, arm, *arms, +1), limb(neck, arm, *arms, -1),
+                     hip, limb(hip, leg, *legs, +1), limb(hip, leg, *legs, -1)])  # fmt: skip
+    stroke = width() if callable(width) else width
+    for a, b in FIGURE_SKELETON:
+        draw.line([tuple(kpts[a]), tuple(kpts[b])], fill=colour, width=stroke)
+    hr = head * height
+    draw.ellipse([top[0] - hr, top[1] - hr, top[0] + hr, top[1] + hr], fill=colour)
+    lo = np.clip(np.minimum(kpts.min(0) - stroke / 2, top - hr), 0, [w, h])
+    hi = np.clip(np.maximum(kpts.max(0) + stroke / 2, top + hr), 0, [w, h])
+    inside = (kpts[:, 0] >= 0) & (kpts[:, 0] <= w) & (kpts[:, 1] >= 0) & (kpts[:, 1] <= h)
+    return {"category_id": 1, "box": np.concatenate([lo, hi]), "keypoints": kpts,
+            "vis": np.where(inside, 2, 0)}  # fmt: skip
+
+
+def bar_ring(
+    centre: tuple[float, float], long_side: float, short: float, theta: float
+) -> np.ndarray:
+    """The 4 corners ``(4, 2)`` of a ``long_side`` x ``short`` bar at ``centre``, turned by
+    ``theta`` radians from +x towards +y."""
+    u = np.array([math.cos(theta), math.sin(theta)]) * long_side / 2
+    v = np.array([-math.sin(theta), math.cos(theta)]) * short / 2
+    c = np.array(centre)
+    return np.stack([c - u - v, c + u - v, c + u + v, c - u + v])
 
 
 _GENERATORS = {
