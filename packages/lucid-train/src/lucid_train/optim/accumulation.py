@@ -108,11 +108,15 @@ class AccumulationPlan:
                 last = ni
         return tuple(steps)
 
+    @functools.cached_property
+    def _warmup_set(self) -> frozenset[int]:
+        return frozenset(self._warmup_steps)
+
     def steps_at(self, batch: int) -> bool:
         """Whether 0-based global ``batch`` ends with an optimizer step."""
         warm = self._warmup_steps
         if warm and batch <= self.warmup_batches:
-            return batch in warm
+            return batch in self._warmup_set
         last = warm[-1] if warm else -1  # after warm-up: every ``nominal`` batches from there
         return batch > last and (batch - last) % self.nominal == 0
 
