@@ -50,6 +50,20 @@ def test_fit_writes_checkpoints_csv_curves_and_overlays(detect_run: Path) -> Non
     assert len(list((detect_run / "overlays").glob("val_*.jpg"))) >= 1
 
 
+def test_fit_logs_each_epochs_training_throughput(detect_run: Path) -> None:
+    import csv
+
+    rows = [
+        r
+        for r in csv.DictReader((detect_run / "metrics.csv").open())
+        if r.get("time/train_images_per_s")
+    ]
+    assert [int(float(r["epoch"])) for r in rows] == [0, 1]
+    for r in rows:  # 12 training images at batch 4: 3 batches, all counted
+        seconds, rate = float(r["time/train_epoch_s"]), float(r["time/train_images_per_s"])
+        assert seconds > 0 and rate * seconds == pytest.approx(12, rel=1e-3)
+
+
 def test_predict_writes_json_and_overlays_for_a_folder(
     detect_run: Path, small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:

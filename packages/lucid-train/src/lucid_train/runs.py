@@ -27,7 +27,14 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 
 from lucid_train.data.records import Task
 
-__all__ = ["MONITOR", "RunArtifacts", "build_trainer", "new_run_dir", "run_dir_of_checkpoint"]
+__all__ = [
+    "MONITOR",
+    "EpochThroughput",
+    "RunArtifacts",
+    "build_trainer",
+    "new_run_dir",
+    "run_dir_of_checkpoint",
+]
 
 MONITOR = "val/mAP50-95"
 GRADIENT_CLIP = 10.0
@@ -91,6 +98,54 @@ class RunArtifacts(Callback):
                 write_run_plots(Path(logger.log_dir) / "metrics.csv", self.run_dir)
 
 
+class EpochThroughput(Callback):
+    """Logs each training epoch's wall time and images per second (``time/train_epoch_s``,
+    ``time/train_images_per_s`` in metrics.csv): from the first batch's start to the last
+    batch's end, validation excluded. The device is synchronised at those two points only,
+    never per step."""
+
+    def __init__(self) -> None:
+        self._start: float | None = None
+        self._seconds: float | None = None
+        self._images = 0
+
+    @staticmethod
+    def _now(pl_module: L.LightningModule) -> float:
+        import time
+
+        import torch
+
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+        return time.perf_counter()
+
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._start is None:
+            self._start, self._images = self._now(pl_module), 0
+        data = batch[0] if isinstance(batch, tuple) else batch
+        self._images += len(data)
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+        batch_idx: int,
+    ) -> None:  # fmt: skip
+        # The last batch closes the epoch before its validation runs (inside the epoch loop).
+        if self._start is not None and batch_idx + 1 >= trainer.num_training_batches:
+            self._seconds = max(self._now(pl_module) - self._start, 1e-9)
+            self._start = None
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        seconds, self._seconds, self._start = self._seconds, None, None
+        if seconds is None:
+            return
+        pl_module.log("time/train_epoch_s", seconds, on_epoch=True, on_step=False)
+        pl_module.log(
+            "time/train_images_per_s", self._images / seconds, on_epoch=True, on_step=False
+        )
+
+
 def build_loggers(run_dir: Path) -> list[Logger]:
     """CSV always; TensorBoard when the ``tensorboard`` package is importable."""
     loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
@@ -149,6 +204,7 @@ def build_trainer(
             )
         )
         cbs.append(RunArtifacts(run_dir))
+        cbs.append(EpochThroughput())
     cbs.extend(callbacks)
     kwargs: dict[str, Any] = {
         "gradient_clip_val": GRADIENT_CLIP,
