@@ -60,29 +60,22 @@ CONF_NOTE = {
 # data
 
 
-def prepare_data(work: Path, task: str = "detect", hard: bool = False) -> dict[str, Any]:
-    """Generate (or reuse) the task's built-in set, or its harder benchmark set
-    (``SyntheticSpec.hard()``), under ``work/cache`` and export it to YOLO txt under
-    ``work/yolo-<task>``; returns paths and counts."""
-    from lucid_train.data import SyntheticSpec, read_coco, synthetic_dataset, write_yolo
+def export_for_peer(root: Path, task: str, yolo: Path) -> tuple[dict[str, Any], Path, Path]:
+    """Read the COCO-layout set at ``root`` and write its YOLO txt copy to ``yolo`` (replaced):
+    ``(splits, our data.yaml, the peer's data-peer.yaml)``. The peer's yaml gets an absolute
+    ``path`` (Ultralytics reads a relative one against its datasets folder or the cwd) and, for
+    pose, ``kpt_shape`` / ``flip_idx``; JSON is YAML, so no YAML writer is needed."""
+    from lucid_train.data import read_coco, write_yolo
 
-    cache = work / "cache"
-    start = time.perf_counter()
-    spec = SyntheticSpec.hard() if hard else None
-    root = synthetic_dataset(task, cache_dir=cache, spec=spec)  # type: ignore[arg-type]
-    gen_s = time.perf_counter() - start
     splits = {
         s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task=task)  # type: ignore[arg-type]
         for s in ("train", "val")
     }
-    yolo = work / f"yolo-{task}{'-hard' if hard else ''}"
     if yolo.exists():
         shutil.rmtree(yolo)
     ours_yaml = write_yolo(splits, yolo)
     schema = splits["val"].schema
-    # Ultralytics reads a relative "path" against its datasets folder or the cwd: make it absolute.
-    # JSON is YAML, so no YAML writer is needed.
-    doc = {
+    doc: dict[str, Any] = {
         "path": str(yolo.resolve()),
         "train": "images/train",
         "val": "images/val",
@@ -93,6 +86,23 @@ def prepare_data(work: Path, task: str = "detect", hard: bool = False) -> dict[s
         doc["flip_idx"] = list(schema.flip_index)
     peer_yaml = yolo / "data-peer.yaml"
     peer_yaml.write_text(json.dumps(doc, indent=1) + "\n")
+    return splits, ours_yaml, peer_yaml
+
+
+def prepare_data(work: Path, task: str = "detect", hard: bool = False) -> dict[str, Any]:
+    """Generate (or reuse) the task's built-in set, or its harder benchmark set
+    (``SyntheticSpec.hard()``), under ``work/cache`` and export it to YOLO txt under
+    ``work/yolo-<task>``; returns paths and counts."""
+    from lucid_train.data import SyntheticSpec, synthetic_dataset
+
+    cache = work / "cache"
+    start = time.perf_counter()
+    spec = SyntheticSpec.hard() if hard else None
+    root = synthetic_dataset(task, cache_dir=cache, spec=spec)  # type: ignore[arg-type]
+    gen_s = time.perf_counter() - start
+    yolo = work / f"yolo-{task}{'-hard' if hard else ''}"
+    splits, ours_yaml, peer_yaml = export_for_peer(root, task, yolo)
+    schema = splits["val"].schema
     return {
         "task": task,
         "set": ("hard" if hard else "built-in") + f" {task} ({root.name})",

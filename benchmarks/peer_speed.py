@@ -45,7 +45,7 @@ def make_set(work: Path, task: str, images: int, seed: int = 0) -> dict[str, Any
     """The JPEG set in COCO layout (``work/coco``) and its YOLO export (``work/yolo``)."""
     from PIL import Image
 
-    from lucid_train.data import SyntheticSpec, read_coco, synthetic_dataset, write_yolo
+    from lucid_train.data import SyntheticSpec, synthetic_dataset
 
     spec = SyntheticSpec(images, 16, min_side=480, max_side=640, difficulty="hard")
     src = synthetic_dataset(task, cache_dir=work / "png", spec=spec, seed=seed)  # type: ignore[arg-type]
@@ -63,25 +63,7 @@ def make_set(work: Path, task: str, images: int, seed: int = 0) -> dict[str, Any
                 im["file_name"] = name
             (coco / "annotations").mkdir(exist_ok=True)
             (coco / "annotations" / f"{split}.json").write_text(json.dumps(doc))
-    splits = {
-        s: read_coco(coco / "annotations" / f"{s}.json", coco / "images" / s, task=task)  # type: ignore[arg-type]
-        for s in ("train", "val")
-    }
-    yolo = work / f"yolo-{task}"
-    if yolo.exists():
-        shutil.rmtree(yolo)
-    write_yolo(splits, yolo)
-    schema = splits["val"].schema
-    peer_yaml = yolo / "data-peer.yaml"
-    doc = {
-        "path": str(yolo.resolve()),
-        "train": "images/train",
-        "val": "images/val",
-        "names": list(schema.class_names),
-    }
-    if task == "pose":
-        doc["kpt_shape"], doc["flip_idx"] = [schema.num_keypoints, 3], list(schema.flip_index)
-    peer_yaml.write_text(json.dumps(doc, indent=1))
+    splits, _, peer_yaml = peer_detect.export_for_peer(coco, task, work / f"yolo-{task}")
     return {
         "coco": str(coco),
         "peer_yaml": str(peer_yaml),
