@@ -36,43 +36,58 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="0")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lucid-peer-accuracy"))
     parser.add_argument("--side-timeout", type=float, default=560.0)
+    parser.add_argument("--seeds", default="0", help="comma list: each seed trains every side")
+    parser.add_argument("--jobs", type=int, default=0, help="sides at once (0: all)")
+    parser.add_argument("--peer-python", default=None, help="interpreter with Ultralytics")
     args = parser.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
     arms = [a for a in args.arms.split(",") if a]
-    jobs: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
     common = ["--set", "hard", "--epochs", str(args.epochs), "--workers", str(args.workers),
-              "--device", args.device, "--side-timeout", str(args.side_timeout)]  # fmt: skip
+              "--device", args.device, "--side-timeout", str(args.side_timeout),
+              *(["--peer-python", args.peer_python] if args.peer_python else [])]  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    seeds = [int(x) for x in args.seeds.split(",") if x]
+    queue: list[tuple[tuple[str, str], list[str], Path]] = []
     for task in tasks:
         sides = [("peer", ["--peer-only"])] + [
             (f"acc{a}", ["--ours-only", "--ours-accumulate", a]) for a in arms
         ]
-        for side, flags in sides:
-            out = args.out / f"{task}-{side}"
-            cmd = [sys.executable, str(HERE / "peer_detect.py"), "--task", task, *common, *flags,
-                   "--out", str(out), "--work", str(args.work / f"{task}-{side}")]  # fmt: skip
-            print("$ " + " ".join(cmd), flush=True)
-            out.mkdir(parents=True, exist_ok=True)
-            with (out / "driver.log").open("wb") as log:
-                jobs[(task, side)] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    for key, job in jobs.items():
+        for seed in seeds:
+            for side, flags in sides:
+                name = f"{task}-{side}" + (f"-seed{seed}" if len(seeds) > 1 else "")
+                cmd = [sys.executable, str(HERE / "peer_detect.py"), "--task", task, *common,
+                       *flags, "--seed", str(seed), "--out", str(args.out / name),
+                       "--work", str(args.work / name)]  # fmt: skip
+                queue.append(((task, name), cmd, args.out / name))
+    running: list[tuple[tuple[str, str], subprocess.Popen[bytes]]] = []
+    for key, cmd, out in queue:
+        while args.jobs and len(running) >= args.jobs:
+            done = running.pop(0)
+            print(f"{done[0]}: exit {done[1].wait()}", flush=True)
+        print("$ " + " ".join(cmd), flush=True)
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / "driver.log").open("wb") as log:
+            running.append((key, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
+    for key, job in running:
         print(f"{key}: exit {job.wait()}", flush=True)
     rows: list[dict[str, Any]] = []
     tables: list[str] = []
-    for task in tasks:
-        peer = _report(args.out / f"{task}-peer")
-        for arm in arms:
-            ours = _report(args.out / f"{task}-acc{arm}")
-            if ours is None or peer is None:
-                continue
-            merged = {**ours, "peer": peer.get("peer", {})}
-            sys.path.insert(0, str(HERE))
-            import peer_detect
+    sys.path.insert(0, str(HERE))
+    import peer_detect
 
-            rows.extend(peer_detect.accuracy_rows(merged, arm))
-            merged["verdict"] = peer_detect.verdict(merged, arm) or "n/a"
-            tables.append(peer_detect.table(merged))
+    for task in tasks:
+        for seed in seeds:
+            tail = f"-seed{seed}" if len(seeds) > 1 else ""
+            peer = _report(args.out / f"{task}-peer{tail}")
+            for arm in arms:
+                ours = _report(args.out / f"{task}-acc{arm}{tail}")
+                if ours is None or peer is None:
+                    continue
+                merged = {**ours, "peer": peer.get("peer", {})}
+                rows.extend(peer_detect.accuracy_rows(merged, arm))
+                merged["verdict"] = peer_detect.verdict(merged, arm) or "n/a"
+                tables.append(peer_detect.table(merged))
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join([sys.executable, *sys.argv]),

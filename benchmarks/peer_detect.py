@@ -220,6 +220,10 @@ def run_ours(
         str(runs),
         "--run.name",
         "train",
+        "--seed_everything",
+        str(args.seed),
+        "--data.seed",
+        str(args.seed),
     ]
     env = _child_env(args.device, {"LUCID_CACHE_DIR": data["cache_dir"]})
     print("ours: " + " ".join(cmd), flush=True)
@@ -292,6 +296,7 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
         shutil.rmtree(runs)
     spec = {
         "task": data["task"],
+        "seed": args.seed,
         "data": data["peer_data_yaml"],
         "epochs": args.epochs,
         "imgsz": args.imgsz,
@@ -450,7 +455,7 @@ def peer_half(spec_path: Path) -> None:
         "pretrained": False,
         "deterministic": False,
         "plots": False,
-        "seed": 0,
+        "seed": int(spec.get("seed", 0)),
         "project": spec["project"],
         "name": "train",
         "exist_ok": True,
@@ -606,6 +611,7 @@ def accuracy_rows(report: dict[str, Any], arm: str) -> list[dict[str, Any]]:
                     "lucid": ours.get(path, {}).get(key),
                     "ultralytics": peer.get(path, {}).get(key),
                     "lucid_accumulate": arm,
+                    "seed": report["settings"].get("seed", 0),
                 }
             )
     return rows
@@ -660,6 +666,7 @@ def main(argv: list[str] | None = None) -> None:
         "the nominal batch of 64 ramped in warm-up, as the peer); the last arm is judged",
     )
     parser.add_argument("--side-timeout", type=float, default=540.0, help="seconds per side")
+    parser.add_argument("--seed", type=int, default=0, help="both sides' training seed")
     parser.add_argument("--ours-python", default=None, help="interpreter for our side")
     parser.add_argument("--peer-python", default=None, help="interpreter for the Ultralytics side")
     parser.add_argument("--peer-half", type=Path, default=None, help=argparse.SUPPRESS)
@@ -677,7 +684,7 @@ def main(argv: list[str] | None = None) -> None:
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "command": " ".join([sys.executable, *sys.argv]),
         "settings": {
-            k: getattr(args, k) for k in ("epochs", "imgsz", "batch", "workers", "device")
+            k: getattr(args, k) for k in ("epochs", "imgsz", "batch", "workers", "device", "seed")
         },
         "versions": _versions(),
         "metric_note": (
