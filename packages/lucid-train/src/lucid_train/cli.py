@@ -300,8 +300,8 @@ def resolve_precision(precision: str, accelerator: str) -> str:
         return precision
     import torch
 
-    cuda = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
-    return "16-mixed" if cuda and torch.cuda.is_available() else "32-true"
+    cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    return "16-mixed" if cuda else "32-true"
 
 
 def _share_cores(accelerator: str, workers: int) -> None:
