@@ -152,6 +152,7 @@ def run_ours(
         str(runs),
         "--run.name",
         "train",
+        *args.lucid_flags.split(),
     ]
     tag = f"ours-{task}-b{batch}-{capture}"
     with Sampler(out / f"{tag}-gpu.csv") as gpu:
@@ -314,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--side-timeout", type=float, default=300.0)
     parser.add_argument("--sides", default="peer,capture,eager,loader", help="which sides to run")
+    parser.add_argument("--lucid-flags", default="", help="more `lucid fit` flags, one string")
     parser.add_argument("--peer-half", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer_half is not None:
@@ -335,6 +337,7 @@ def main(argv: list[str] | None = None) -> None:
                 row["lucid"] = run_ours(args, task, batch, data, "on", args.out)
             if "eager" in sides:
                 row["lucid_eager"] = run_ours(args, task, batch, data, "off", args.out)
+            row["loader_img_s"] = None
             if "loader" in sides:
                 row["loader_img_s"] = loader_alone(args, task, batch, data, args.out)
             row["ultralytics_img_s"] = row.get("peer", {}).get("img_s")

@@ -57,6 +57,22 @@ def _add_data(p: argparse.ArgumentParser, *, sizes: bool = True) -> None:
         choices=("none", "ram"),
         help="ram: decode every image once at setup and train from memory (size printed first)",
     )
+    g.add_argument(
+        "--data.render",
+        dest="data_render",
+        default="auto",
+        choices=("auto", "cpu", "device"),
+        help="where training pixels are painted: device (the GPU, after the transfer) or cpu (the "
+        "loader workers); auto: device on CUDA",
+    )
+    g.add_argument(
+        "--data.decode",
+        dest="data_decode",
+        default="auto",
+        choices=("auto", "cpu", "device"),
+        help="with device rendering, device decodes JPEGs on the GPU (nvJPEG); auto follows "
+        "--data.render",
+    )
     if sizes:
         g.add_argument(
             "--data.img_size",
@@ -210,6 +226,8 @@ def _datamodule(
         variant=variant if getattr(args, "scale_policy", False) else None,
         seed=getattr(args, "data_seed", 0),
         cache=args.data_cache,
+        render=args.data_render,
+        decode=args.data_decode,
     )
 
 

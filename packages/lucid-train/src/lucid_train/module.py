@@ -292,7 +292,7 @@ class YOLOModule(L.LightningModule):
     def training_step(self, batch: tuple[Batch, dict[str, Any]], batch_idx: int) -> Tensor:
         data, packed = batch
         targets: PaddedTargets = packed["type"](**packed["fields"])
-        images = data.float_images()
+        images = data.render().float_images()  # device rendering paints here (else a no-op)
         output = self.forward_network(images)
         terms = self.compute_loss(output, targets, (int(images.shape[-2]), int(images.shape[-1])))
         check_finite_loss(self.global_step, terms.total, terms.items, terms.names)

@@ -8,6 +8,10 @@ plus shapes, about COCO's size and entropy) in a temporary folder, then measures
 * ``loader``: the real `LucidDataModule` train DataLoader with ``--workers`` processes, batch
   ``--batch``, pinned memory when CUDA is present, after warm-up batches.
 
+With ``--render device`` (the default on CUDA) a worker only plans and packs (decode with
+``--decode cpu``, label work, masks), and ``loader`` includes painting each batch on the GPU
+(and nvJPEG decode with ``--decode device``), as a training step receives it.
+
 Run (no dependencies beyond torch, numpy, pillow, lightning, pycocotools)::
 
     PYTHONPATH=packages/lucid-kernels/src:packages/lucid-train/src \\
@@ -74,7 +78,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     augment = AugmentConfig(mixup=args.mixup, copy_paste=args.copy_paste)
     dm = LucidDataModule(
         args.task, root, img_size=args.size, batch_size=args.batch, num_workers=args.workers,
-        augment=augment, persistent_workers=True,
+        augment=augment, persistent_workers=True, render=args.render, decode=args.decode,
     )  # fmt: skip
     dm.setup("fit")
     torch.set_num_threads(1)
@@ -102,6 +106,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, Any]:
             batch = next(it)
         if torch.cuda.is_available():
             batch = batch.to("cuda")
+        batch = dm.on_after_batch_transfer(batch, 0)  # device rendering paints here
         seen += len(batch)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -126,6 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batches", type=int, default=16)
     parser.add_argument("--mixup", type=float, default=0.0)
     parser.add_argument("--copy-paste", type=float, default=0.1)
+    where = "device" if torch.cuda.is_available() else "cpu"
+    parser.add_argument("--render", default=where, choices=["cpu", "device"])
+    parser.add_argument("--decode", default=where, choices=["cpu", "device"])
     parser.add_argument(
         "--source", type=Path, default=None, help="an existing COCO-layout set instead"
     )
@@ -136,7 +144,8 @@ def main(argv: list[str] | None = None) -> None:
         result = measure(root, args)
     result.update(
         task=args.task, size=args.size, batch=args.batch, workers=args.workers, cpus=os.cpu_count(),
-        mixup=args.mixup, copy_paste=args.copy_paste, mean_jpeg_kb=mean_kb, torch=torch.__version__,
+        mixup=args.mixup, copy_paste=args.copy_paste, render=args.render, decode=args.decode,
+        mean_jpeg_kb=mean_kb, torch=torch.__version__,
         python=platform.python_version(), cuda=torch.cuda.is_available(),
     )  # fmt: skip
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -54,7 +54,14 @@ class LucidDataModule(L.LightningDataModule):
             epoch cost seconds per epoch in a short fit.
         cache: ``ram`` decodes every image of the splits in use once, at setup, and serves
             samples from memory (`lucid_train.data.ram_cache`; the size is printed first);
-            ``none`` decodes per sample.
+            ``none`` decodes per sample. A cache that would not fit says so and the run goes on
+            without it.
+        render: where training samples are painted: ``device`` renders each batch's pixels on
+            the accelerator after the transfer (`Batch.render`), ``cpu`` in the loader workers
+            (Pillow); ``auto`` takes ``device`` when the trainer runs on CUDA. The labels are
+            the same bits either way (assumptions.md D18).
+        decode: with device rendering, ``device`` leaves JPEG files to the device decoder
+            (nvJPEG), ``cpu`` decodes in the workers; ``auto`` follows ``render``.
     """
 
     def __init__(
@@ -79,8 +86,13 @@ class LucidDataModule(L.LightningDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = True,
         cache: Literal["none", "ram"] = "none",
+        render: Literal["auto", "cpu", "device"] = "auto",
+        decode: Literal["auto", "cpu", "device"] = "auto",
     ) -> None:
         super().__init__()
+        for name, value in (("render", render), ("decode", decode)):
+            if value not in ("auto", "cpu", "device"):
+                raise ValueError(f"{name}: expected 'auto', 'cpu' or 'device', got {value!r}")
         if cache not in ("none", "ram"):
             raise ValueError(f"cache: expected 'none' or 'ram', got {cache!r}")
         if task not in TASKS:
@@ -109,6 +121,8 @@ class LucidDataModule(L.LightningDataModule):
         self.persistent_workers = persistent_workers
         self.indices: dict[str, DatasetIndex] = {}
         self.cache = cache
+        self.render: Literal["auto", "cpu", "device"] = render
+        self.decode: Literal["auto", "cpu", "device"] = decode
         self.ram: dict[str, RamImages] = {}  # by split key, filled in setup with cache="ram"
         self.close_mosaic_from: int | None = None
         self._root: Path | None = None
@@ -167,8 +181,36 @@ class LucidDataModule(L.LightningDataModule):
         key = f"{stage}:{self.splits[stage]}"
         if key not in self.ram:
             self.ram[key] = RamImages(self._index(stage).records, self.splits[stage])
-        self.ram[key].fill()
+        try:
+            self.ram[key].fill()
+        except MemoryError as exc:
+            print(f"lucid data: {exc}; training without the cache")
+            self.cache = "none"
+            self.ram.clear()
+            return None
         return self.ram[key]
+
+    def _on_cuda(self) -> bool:
+        trainer = getattr(self, "trainer", None)
+        strategy = getattr(trainer, "strategy", None)
+        device = getattr(strategy, "root_device", None)
+        return isinstance(device, torch.device) and device.type == "cuda"
+
+    def render_modes(self) -> tuple[Literal["cpu", "device"], Literal["cpu", "device"]]:
+        """``(render, decode)`` with ``auto`` resolved for the attached trainer."""
+        render: Literal["cpu", "device"] = (
+            ("device" if self._on_cuda() else "cpu") if self.render == "auto" else self.render
+        )
+        decode: Literal["cpu", "device"] = render if self.decode == "auto" else self.decode
+        if render == "cpu":
+            decode = "cpu"
+        return render, decode
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Paint a plain batch's pixels where it now is (device rendering; else a no-op). A
+        training module that reshapes its batches first (ours pad targets on the host) renders
+        in its step instead."""
+        return batch.render() if isinstance(batch, Batch) else batch
 
     @property
     def schema(self) -> DatasetSchema:
@@ -204,6 +246,7 @@ class LucidDataModule(L.LightningDataModule):
 
     def train_dataset(self) -> TrainDataset:
         index = self._index("train")
+        render, decode = self.render_modes()
         return TrainDataset(
             index.records,
             index.schema,
@@ -213,6 +256,8 @@ class LucidDataModule(L.LightningDataModule):
             pool_size=self.batch_size,
             close_mosaic_from=self.close_mosaic_from,
             ram=self._ram("train"),
+            render=render,
+            decode=decode,
         )
 
     def train_dataloader(self) -> DataLoader[Batch]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -23,7 +24,8 @@ from torch.utils.data import Dataset, Sampler
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.augment.letterbox import letterbox
 from lucid_train.data.augment.pipeline import TrainAugment
-from lucid_train.data.image_io import open_rgb
+from lucid_train.data.augment.plan import SizedImage
+from lucid_train.data.image_io import open_rgb, read_jpeg
 from lucid_train.data.masks import MASK_STRIDE, instance_map
 from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import DatasetSchema, ImageRecord
@@ -40,26 +42,33 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
 
 class _DecodeCache:
     """A small per-worker LRU of decoded images (mosaic partners repeat within a batch), or the
-    split's `RamImages` when it is cached whole."""
+    split's `RamImages` when it is cached whole. With ``encoded``, JPEG files the device can
+    decode are read but not decoded (`read_jpeg`); other files are decoded here."""
 
     def __init__(
-        self, records: Sequence[ImageRecord], capacity: int, ram: RamImages | None = None
+        self,
+        records: Sequence[ImageRecord],
+        capacity: int,
+        ram: RamImages | None = None,
+        *,
+        encoded: bool = False,
     ) -> None:
         self.records = records
         self.capacity = capacity
         self.ram = ram
-        self.items: OrderedDict[int, Image.Image] = OrderedDict()
+        self.encoded = encoded
+        self.items: OrderedDict[int, SizedImage] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
-    def __call__(self, index: int) -> tuple[Image.Image, Targets]:
+    def __call__(self, index: int) -> tuple[SizedImage, Targets]:
         rec = self.records[index]
         if self.ram is not None:
             return self.ram.image(index), rec.targets
         image = self.items.get(index)
         if image is None:
             self.misses += 1
-            image = open_rgb(rec.path)
+            image = (read_jpeg(rec.path) if self.encoded else None) or open_rgb(rec.path)
             self.items[index] = image
             if len(self.items) > self.capacity:
                 self.items.popitem(last=False)
@@ -86,6 +95,10 @@ class TrainDataset(Dataset[Sample]):
         close_mosaic_from: first epoch trained with `AugmentConfig.without_mosaic`, or None.
         cache_images: decoded images each worker keeps.
         ram: the split decoded in RAM (``cache="ram"``), index-aligned with ``records``.
+        render: ``cpu`` paints samples here (Pillow); ``device`` returns their `PixelPlan` for
+            `Batch.render` to paint on the accelerator.
+        decode: with ``render="device"``, ``device`` leaves JPEG files to the device decoder;
+            ``cpu`` decodes every source here.
     """
 
     def __init__(
@@ -100,7 +113,11 @@ class TrainDataset(Dataset[Sample]):
         close_mosaic_from: int | None = None,
         cache_images: int = 64,
         ram: RamImages | None = None,
+        render: Literal["cpu", "device"] = "cpu",
+        decode: Literal["cpu", "device"] = "cpu",
     ) -> None:
+        if render not in ("cpu", "device") or decode not in ("cpu", "device"):
+            raise ValueError(f"render, decode: expected 'cpu' or 'device', got {render}, {decode}")
         if not records:
             raise ValueError("TrainDataset: the split holds no images")
         self.records = list(records)
@@ -110,7 +127,13 @@ class TrainDataset(Dataset[Sample]):
         self.seed = seed
         self.pool_size = max(1, pool_size)
         self.close_mosaic_from = close_mosaic_from
-        self.cache = _DecodeCache(self.records, max(cache_images, 2 * self.pool_size), ram)
+        self.render = render
+        self.cache = _DecodeCache(
+            self.records,
+            max(cache_images, 2 * self.pool_size),
+            ram,
+            encoded=render == "device" and decode == "device",
+        )
         self._perm_epoch = -1
         self._perm = np.zeros(0, np.int64)
 
@@ -138,9 +161,17 @@ class TrainDataset(Dataset[Sample]):
         pool = perm[start : start + self.pool_size].tolist()
         index = int(perm[position])
         seed = np.random.SeedSequence([self.seed, epoch, position])
-        image, targets = self.augment(epoch)(index, seed, pool)
+        aug = self.augment(epoch)
         rec = self.records[index]
-        return _sample(image, targets, self.schema, rec, _NAN3)
+        params = aug.sample(index, seed, pool)
+        if self.render == "cpu":
+            image, targets = aug.apply(params)
+            return _sample(image, targets, self.schema, rec, _NAN3)
+        plan, targets, sources = aug.plan(params)
+        sample = _sample(None, targets, self.schema, rec, _NAN3, side=self.size)
+        sample.plan, sample.sources = plan, sources
+        sample.paths = {i: str(self.records[i].path) for i in sources}
+        return sample
 
 
 class EvalDataset(Dataset[Sample]):
@@ -170,18 +201,21 @@ class EvalDataset(Dataset[Sample]):
 
 
 def _sample(
-    image: Image.Image,
+    image: Image.Image | None,
     targets: Targets,
     schema: DatasetSchema,
     rec: ImageRecord,
     lb: tuple[float, float, float],
+    *,
+    side: int = 0,
 ) -> Sample:
+    """A sample of ``image`` (None: rendered later on a ``side`` x ``side`` canvas)."""
+    h, w = (image.height, image.width) if image is not None else (side, side)
     imap = None
     if schema.task == "segment":
-        imap = instance_map(_rings(targets), image.height, image.width, MASK_STRIDE)
-    return Sample(
-        np.asarray(image, np.uint8), targets, imap, rec.image_id, (rec.height, rec.width), lb
-    )
+        imap = instance_map(_rings(targets), h, w, MASK_STRIDE)
+    pixels = None if image is None else np.asarray(image, np.uint8)
+    return Sample(pixels, targets, imap, rec.image_id, (rec.height, rec.width), lb)
 
 
 class EpochSampler(Sampler[tuple[int, int]]):

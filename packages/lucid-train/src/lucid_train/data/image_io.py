@@ -6,6 +6,8 @@ annotations are made against the stored pixel grid (assumptions.md D9).
 
 from __future__ import annotations
 
+import io
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -54,5 +56,31 @@ def check_image(path: Path, verify: Verify) -> tuple[int, int] | None:
             if verify == "full":
                 im.load()
             return (int(size[0]), int(size[1]))
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return None
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """A JPEG file read but not decoded (the device decodes it): its bytes and stored size."""
+
+    path: Path
+    data: bytes
+    width: int
+    height: int
+
+
+def read_jpeg(path: Path) -> EncodedImage | None:
+    """``path``'s bytes and size when the device decoder can take it (an RGB or greyscale JPEG
+    that ends where a JPEG ends), else None: the caller decodes it with Pillow, which also names
+    a corrupt file."""
+    try:
+        data = path.read_bytes()
+        if data[:2] != b"\xff\xd8" or data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
+            return None
+        with Image.open(io.BytesIO(data)) as im:
+            if im.format != "JPEG" or im.mode not in ("RGB", "L"):
+                return None
+            return EncodedImage(path, data, int(im.width), int(im.height))
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
         return None

@@ -12,13 +12,15 @@ channels-last tensor for free.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import torch
 
+from lucid_train.data.augment.plan import PixelPlan, SizedImage
+from lucid_train.data.augment.render_device import PixelBatch, pack_plans
 from lucid_train.data.targets import Targets
 
 
@@ -27,21 +29,27 @@ class Sample:
     """One rendered image before batching (numpy, built in a worker).
 
     Attributes:
-        image: ``(S, S, 3)`` uint8 RGB canvas.
+        image: ``(S, S, 3)`` uint8 RGB canvas, or None when the device renders ``plan``.
         targets: its targets in canvas pixels.
         instance_map: ``(S/4, S/4)`` int16 (segment) or None.
         image_id: the dataset's image id.
         orig_hw: stored size of the source image ``(height, width)``.
         letterbox: ``(gain, pad_x, pad_y)`` mapping source to canvas pixels (validation), or NaNs
             for augmented training samples (no inverse exists).
+        plan: the pixels still to render (device rendering), else None.
+        sources: every source ``plan`` reads, by dataset index (decoded, or JPEG files).
+        paths: their file names, for error messages.
     """
 
-    image: npt.NDArray[np.uint8]
+    image: npt.NDArray[np.uint8] | None
     targets: Targets
     instance_map: npt.NDArray[np.int16] | None
     image_id: int
     orig_hw: tuple[int, int]
     letterbox: tuple[float, float, float]
+    plan: PixelPlan | None = None
+    sources: dict[int, SizedImage] = field(default_factory=dict)
+    paths: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +68,8 @@ class Batch:
         image_ids: ``(B,)`` int64 dataset image ids.
         orig_hw: ``(B, 2)`` int64 source sizes.
         letterbox: ``(B, 3)`` float64 ``(gain, pad_x, pad_y)``; NaN for training samples.
+        pixels: the pixel work still to do when the device renders (then ``images`` is
+            ``(B, 0, 0, 3)`` until `render`), else None.
     """
 
     images: torch.Tensor
@@ -73,9 +83,14 @@ class Batch:
     image_ids: torch.Tensor
     orig_hw: torch.Tensor
     letterbox: torch.Tensor
+    pixels: PixelBatch | None = None
 
     def _map(self, fn: Any) -> Batch:
-        return Batch(**{f.name: fn(getattr(self, f.name)) for f in fields(self)})
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = None if value is None else fn(value)
+        return Batch(**out)
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> Batch:
         """Every tensor moved to ``device``. Non-blocking by default: safe on one stream, and a
@@ -86,6 +101,12 @@ class Batch:
         """Every tensor in page-locked memory (called by the DataLoader's pinning thread)."""
         return self._map(lambda t: t.pin_memory())
 
+    def render(self) -> Batch:
+        """This batch with its images painted where it is (a no-op once rendered)."""
+        if self.pixels is None:
+            return self
+        return replace(self, images=self.pixels.render(), pixels=None)
+
     def __len__(self) -> int:
         return int(self.images.shape[0])
 
@@ -95,6 +116,11 @@ class Batch:
 
     def float_images(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``(B, 3, H, W)`` in ``[0, 1]``, channels-last in memory."""
+        if self.pixels is not None:
+            raise RuntimeError(
+                "Batch.float_images: the images are not rendered yet; call Batch.render() after "
+                "the transfer (LucidDataModule does it in on_after_batch_transfer)"
+            )
         return self.images.permute(0, 3, 1, 2).to(dtype).div_(255)
 
     def instance_masks(self) -> torch.Tensor:
@@ -123,8 +149,17 @@ def collate(samples: Sequence[Sample]) -> Batch:
         imap = np.stack([s.instance_map for s in samples if s.instance_map is not None])
     else:
         imap = np.zeros((len(samples), 0, 0), np.int16)
+    pixels = None
+    if samples[0].plan is not None:
+        plans = [s.plan for s in samples if s.plan is not None]
+        sources = {i: im for s in samples for i, im in s.sources.items()}
+        paths = {i: p for s in samples for i, p in s.paths.items()}
+        pixels = pack_plans(plans, sources, paths)
+        images = torch.zeros((len(samples), 0, 0, 3), dtype=torch.uint8)
+    else:
+        images = torch.from_numpy(np.stack([s.image for s in samples if s.image is not None]))
     return Batch(
-        images=torch.from_numpy(np.stack([s.image for s in samples])),
+        images=images,
         batch_idx=torch.repeat_interleave(
             torch.arange(len(samples)), torch.tensor(n, dtype=torch.int64)
         ),
@@ -139,4 +174,5 @@ def collate(samples: Sequence[Sample]) -> Batch:
         image_ids=torch.tensor([s.image_id for s in samples], dtype=torch.int64),
         orig_hw=torch.tensor([s.orig_hw for s in samples], dtype=torch.int64),
         letterbox=torch.tensor([s.letterbox for s in samples], dtype=torch.float64),
+        pixels=pixels,
     )

@@ -60,18 +60,34 @@ def _rings(targets: Targets) -> list[np.ndarray]:
     return list(rbox_corners(targets.rboxes))
 
 
+def paste_mask(rings: list[np.ndarray], size: tuple[int, int]) -> Image.Image:
+    """The ``L`` mask (255 inside) of ``rings`` on a ``(w, h)`` image: where copy-paste pastes."""
+    mask = Image.new("L", size, 0)
+    draw = ImageDraw.Draw(mask)
+    for ring in rings:
+        # Unshifted coordinates keep ImageDraw's half-pixel growth centred (see data.masks).
+        draw.polygon([(float(x), float(y)) for x, y in ring], fill=255)
+    return mask
+
+
+def pasted_targets(targets: Targets, params: CopyPasteParams, width: float) -> Targets:
+    """The mirrored copies of the chosen instances (empty when nothing was chosen)."""
+    return flip_targets(targets.select(list(params.chosen)), width)
+
+
+def paste_rings(pasted: Targets) -> list[np.ndarray]:
+    """The rings along which the ``pasted`` instances are cut out."""
+    return _rings(pasted) if len(pasted) else []
+
+
 def apply_copy_paste(
     image: Image.Image, targets: Targets, params: CopyPasteParams
 ) -> tuple[Image.Image, Targets]:
     """Paste the chosen instances mirrored; identity when nothing was chosen."""
     if not params.chosen:
         return image, targets
-    pasted = flip_targets(targets.select(list(params.chosen)), image.width)
-    mask = Image.new("L", image.size, 0)
-    draw = ImageDraw.Draw(mask)
-    for ring in _rings(pasted):
-        # Unshifted coordinates keep ImageDraw's half-pixel growth centred (see data.masks).
-        draw.polygon([(float(x), float(y)) for x, y in ring], fill=255)
+    pasted = pasted_targets(targets, params, image.width)
+    mask = paste_mask(paste_rings(pasted), image.size)
     out = image.copy()
     out.paste(image.transpose(Image.Transpose.FLIP_LEFT_RIGHT), (0, 0), mask)
     return out, Targets.concat([targets, pasted])

@@ -1,8 +1,10 @@
 """The training augmentation pipeline: draw all parameters of a sample, then apply them.
 
-`TrainAugment.sample` turns one seed into a `SampleParams` (pure data); `TrainAugment.apply`
-renders it. Each stage draws from its own child of the sample's seed, so turning one stage off
-(say copy-paste on a detection set) never shifts the draws of another.
+`TrainAugment.sample` turns one seed into a `SampleParams` (pure data); `TrainAugment.plan` does
+all label work and describes the pixels as a `PixelPlan`, which `render_cpu` paints with Pillow
+(`TrainAugment.apply`) or `render_device` paints batched on the accelerator. Each stage draws from
+its own child of the sample's seed, so turning one stage off (say copy-paste on a detection set)
+never shifts the draws of another.
 
 Geometry per sample: with probability ``mosaic``, four tiles placed on a ``2S`` canvas, else the
 sample letterboxed to ``S``; then the random affine to the ``S`` x ``S`` output. Each source is
@@ -11,7 +13,7 @@ resampled once with the composed matrix (mosaic placement or letterbox, then aff
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,17 +21,31 @@ from PIL import Image
 
 from lucid_train.data.augment.affine import AffineParams
 from lucid_train.data.augment.config import AugmentConfig
-from lucid_train.data.augment.copy_paste import CopyPasteParams, apply_copy_paste
-from lucid_train.data.augment.flip import FlipParams, apply_flip
-from lucid_train.data.augment.hsv import HsvParams, apply_hsv
+from lucid_train.data.augment.copy_paste import CopyPasteParams, paste_rings, pasted_targets
+from lucid_train.data.augment.flip import FlipParams, flip_targets
+from lucid_train.data.augment.hsv import HsvParams
 from lucid_train.data.augment.letterbox import LetterboxParams
-from lucid_train.data.augment.mixup import MixupParams, apply_mixup
+from lucid_train.data.augment.mixup import MixupParams
 from lucid_train.data.augment.mosaic import MosaicParams
-from lucid_train.data.augment.warp import transform_targets, warp_image, warp_region_into
+from lucid_train.data.augment.plan import PixelPlan, SizedImage, Tile
+from lucid_train.data.augment.render_cpu import render_cpu, render_plane
+from lucid_train.data.augment.warp import transform_targets
 from lucid_train.data.targets import Targets
 
-Loader = Callable[[int], tuple[Image.Image, Targets]]
-"""Dataset index → decoded RGB image and its targets in that image's pixels."""
+Loader = Callable[[int], tuple[SizedImage, Targets]]
+"""Dataset index → its image (decoded RGB, or an undecoded file of known size when the pixels
+are rendered on the device) and its targets in that image's pixels."""
+
+
+def _pil(images: Mapping[int, SizedImage]) -> dict[int, Image.Image]:
+    out = {}
+    for index, image in images.items():
+        if not isinstance(image, Image.Image):
+            raise TypeError(
+                f"source {index}: the CPU renderer needs decoded images, got {type(image).__name__}"
+            )
+        out[index] = image
+    return out
 
 
 @dataclass(frozen=True)
@@ -97,28 +113,34 @@ class TrainAugment:
             paste_ss,
         )
 
-    def render_geometry(self, g: GeometryParams) -> tuple[Image.Image, Targets]:
-        """The geometric base of one sample: a ``S`` x ``S`` image and its filtered targets."""
+    def plan_geometry(
+        self, g: GeometryParams, images: dict[int, SizedImage]
+    ) -> tuple[tuple[Tile, ...], Targets]:
+        """The tiles of one plane and their filtered targets; loads each source once into
+        ``images`` (planning reads only its size)."""
         s = self.size
         out_rect = (0.0, 0.0, float(s), float(s))
+
+        def load(index: int) -> tuple[SizedImage, Targets]:
+            image, targets = self.load(index)
+            images.setdefault(index, image)
+            return image, targets
+
         if g.mosaic is None:
-            image, targets = self.load(g.index)
+            image, targets = load(g.index)
             lb = LetterboxParams.fit(image.height, image.width, s)
             m = g.affine.matrix((s, s), s) @ lb.matrix
             moved = transform_targets(
                 targets, m, out_rect, min_size=self.cfg.min_size, min_visible=self.cfg.min_visible
             )
-            return warp_image(image, m, (s, s), self.cfg.fill), moved
+            return (Tile(g.index, m),), moved
         indices = (g.index, *g.mosaic.partners)
-        loaded = [self.load(i) for i in indices]
+        loaded = [load(i) for i in indices]
         placements = g.mosaic.placements([(im.height, im.width) for im, _ in loaded], s)
         affine = g.affine.matrix((2 * s, 2 * s), s)
-        canvas = Image.new("RGB", (s, s), (self.cfg.fill,) * 3)
-        parts = []
-        for (image, targets), place in zip(loaded, placements, strict=True):
-            warp_region_into(
-                canvas, image, affine @ place.matrix, place.source_rect(), self.cfg.fill
-            )
+        tiles, parts = [], []
+        for index, (_, targets), place in zip(indices, loaded, placements, strict=True):
+            tiles.append(Tile(index, affine @ place.matrix, place.source_rect()))
             parts.append(transform_targets(targets, place.matrix, place.rect, min_visible=0.0))
         moved = transform_targets(
             Targets.concat(parts),
@@ -127,21 +149,44 @@ class TrainAugment:
             min_size=self.cfg.min_size,
             min_visible=self.cfg.min_visible,
         )
-        return canvas, moved
+        return tuple(tiles), moved
 
-    def apply(self, params: SampleParams) -> tuple[Image.Image, Targets]:
-        """Render ``params``: geometry → mixup → copy-paste → HSV → flip."""
-        image, targets = self.render_geometry(params.geometry)
+    def render_geometry(self, g: GeometryParams) -> tuple[Image.Image, Targets]:
+        """The geometric base of one sample: a ``S`` x ``S`` image and its filtered targets."""
+        images: dict[int, SizedImage] = {}
+        tiles, targets = self.plan_geometry(g, images)
+        return render_plane(tiles, _pil(images), self.size, self.cfg.fill), targets
+
+    def plan(self, params: SampleParams) -> tuple[PixelPlan, Targets, dict[int, SizedImage]]:
+        """All label work of ``params`` and the plan of its pixels: geometry → mixup →
+        copy-paste → HSV → flip. Returns the plan, the final targets and the loaded sources."""
+        images: dict[int, SizedImage] = {}
+        tiles, targets = self.plan_geometry(params.geometry, images)
+        mixup = None
         if params.mixup is not None:
             mix, geometry = params.mixup
-            other, other_targets = self.render_geometry(geometry)
-            image, targets = apply_mixup(image, targets, other, other_targets, mix)
+            other, other_targets = self.plan_geometry(geometry, images)
+            mixup = (other, mix.ratio)
+            targets = Targets.concat([targets, other_targets])
+        s = self.size
         paste = CopyPasteParams.sample(
-            np.random.default_rng(params.paste_seed), targets, image.width, self.cfg.copy_paste
+            np.random.default_rng(params.paste_seed), targets, s, self.cfg.copy_paste
         )
-        image, targets = apply_copy_paste(image, targets, paste)
-        image = apply_hsv(image, params.hsv)
-        return apply_flip(image, targets, params.flip, self.flip_index)
+        rings: tuple[np.ndarray, ...] = ()
+        if paste.chosen:
+            pasted = pasted_targets(targets, paste, s)
+            rings = tuple(paste_rings(pasted))
+            targets = Targets.concat([targets, pasted])
+        if params.flip.flip:
+            targets = flip_targets(targets, s, self.flip_index)
+        plan = PixelPlan(s, self.cfg.fill, tiles, mixup, rings, params.hsv, params.flip.flip)
+        return plan, targets, images
+
+    def apply(self, params: SampleParams) -> tuple[Image.Image, Targets]:
+        """Render ``params`` on the CPU (`render_cpu`): geometry → mixup → copy-paste → HSV →
+        flip."""
+        plan, targets, images = self.plan(params)
+        return render_cpu(plan, _pil(images)), targets
 
     def __call__(
         self, index: int, seed: np.random.SeedSequence, pool: Sequence[int]

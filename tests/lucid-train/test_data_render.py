@@ -1,0 +1,172 @@
+"""The device renderer paints the CPU renderer's pixels from the same plan, and the labels do not
+depend on which renders.
+
+Bound (assumptions.md D18): float32 coordinates on the device against Pillow's float64 can move
+an interpolation weight across a truncation, and rotated mosaic seams are hard-edged on the
+device where Pillow antialiases them. Measured on the hard sets below: about 0.1% of pixels
+differ, by at most 2 levels. The tests allow 0.5% and 3 levels; a wrong rule (no edge clamp, the
+first instead of the last tile at a seam, rounding where Pillow truncates) moves far more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lucid_train.data.augment import AugmentConfig, TrainAugment
+from lucid_train.data.augment.plan import SizedImage
+from lucid_train.data.augment.render_cpu import render_cpu
+from lucid_train.data.augment.render_device import PixelBatch, pack_plans
+from lucid_train.data.datamodule import LucidDataModule
+from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.image_io import CorruptImageError, EncodedImage, open_rgb, read_jpeg
+from lucid_train.data.layout import read_split
+from lucid_train.data.records import Task
+from lucid_train.data.targets import Targets
+from lucid_train.data.transport import collate
+
+HEAVY = AugmentConfig(mixup=0.5, copy_paste=0.5)
+ROTATED = AugmentConfig(mixup=0.3, copy_paste=0.5, degrees=10, shear=2, mosaic=0.7)
+SIDE = 96
+
+
+def _plans(
+    ds: TrainDataset, n: int, epoch: int = 1
+) -> tuple[list[Image.Image], PixelBatch, list[Targets]]:
+    """``n`` samples of ``ds`` rendered on the CPU, and the same plans packed for the device."""
+    aug, perm = ds.augment(epoch), ds.permutation(epoch)
+    cpu, plans, targets, sources = [], [], [], {}
+    for pos in range(n):
+        start = (pos // ds.pool_size) * ds.pool_size
+        pool = perm[start : start + ds.pool_size].tolist()
+        params = aug.sample(int(perm[pos]), np.random.SeedSequence([ds.seed, epoch, pos]), pool)
+        plan, t, images = aug.plan(params)
+        cpu.append(render_cpu(plan, images))  # type: ignore[arg-type]
+        plans.append(plan)
+        targets.append(t)
+        sources.update(images)
+    return cpu, pack_plans(plans, sources, {}), targets
+
+
+def _differences(device: np.ndarray, cpu: list[Image.Image]) -> tuple[float, int]:
+    d = np.abs(device.astype(np.int64) - np.stack([np.asarray(c) for c in cpu]).astype(np.int64))
+    return float((d > 0).mean()), int(d.max())
+
+
+@pytest.mark.parametrize(
+    ("task", "cfg"),
+    [("detect", AugmentConfig()), ("segment", HEAVY), ("obb", ROTATED), ("pose", ROTATED)],
+)
+def test_the_device_renderer_paints_the_cpu_renderers_pixels(
+    small_synthetic: Callable[[Task], Path], task: Task, cfg: AugmentConfig
+) -> None:
+    index = read_split(small_synthetic(task), "train", task=task)
+    ds = TrainDataset(index.records, index.schema, SIDE, cfg, seed=5, pool_size=4)
+    cpu, packed, _ = _plans(ds, 8)
+    device = packed.render()
+    assert device.dtype == torch.uint8 and tuple(device.shape) == (8, SIDE, SIDE, 3)
+    differing, worst = _differences(device.numpy(), cpu)
+    assert differing < 0.005 and worst <= 3, (differing, worst)
+
+
+def test_the_labels_are_the_same_bits_whichever_renders(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    index = read_split(small_synthetic("segment"), "train", task="segment")
+    common = dict(seed=2, pool_size=4)
+    on_cpu = TrainDataset(index.records, index.schema, SIDE, HEAVY, **common)  # type: ignore[arg-type]
+    on_device = TrainDataset(
+        index.records,
+        index.schema,
+        SIDE,
+        HEAVY,
+        render="device",
+        **common,  # type: ignore[arg-type]
+    )
+    keys = [(0, p) for p in range(8)]
+    a, b = collate([on_cpu[k] for k in keys]), collate([on_device[k] for k in keys])
+    assert a.pixels is None and b.pixels is not None and b.images.shape[1:3] == (0, 0)
+    for name in ("batch_idx", "labels", "boxes", "rboxes", "keypoints", "instance_map"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    differing, worst = _differences(b.render().images.numpy(), list(a.images.numpy()))
+    assert differing < 0.005 and worst <= 3
+
+
+def test_an_unrendered_batch_refuses_to_feed_the_network(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    index = read_split(small_synthetic("detect"), "train", task="detect")
+    ds = TrainDataset(index.records, index.schema, 64, AugmentConfig(), render="device")
+    batch = collate([ds[(0, p)] for p in range(2)])
+    with pytest.raises(RuntimeError, match=r"call Batch\.render\(\)"):
+        batch.float_images()
+    assert batch.render().float_images().shape == (2, 3, 64, 64)
+
+
+def test_the_datamodule_renders_after_the_transfer_and_on_the_cpu_without_cuda(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, batch_size=2,
+                         num_workers=0, render="device")  # fmt: skip
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch.pixels is not None
+    shown = dm.on_after_batch_transfer(batch, 0)
+    assert shown.pixels is None and tuple(shown.images.shape) == (2, 64, 64, 3)
+    auto = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0)
+    assert auto.render_modes() == ("cpu", "cpu")  # no trainer on CUDA
+
+
+def _jpeg_scene(root: Path, n: int) -> list[Path]:
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(n):
+        h, w = (96, 160) if i % 2 else (150, 90)
+        y, x = np.mgrid[0:h, 0:w]
+        pixels = np.stack([x * 255 // w, y * 255 // h, (x + y) % 256], -1).astype(np.uint8)
+        pixels[rng.random((h, w)) < 0.05] = 255
+        paths.append(root / f"{i}.jpg")
+        Image.fromarray(pixels).save(paths[-1], quality=90)
+    return paths
+
+
+def test_jpeg_files_decoded_where_the_batch_renders_match_pillows_decode(tmp_path: Path) -> None:
+    paths = _jpeg_scene(tmp_path, 4)
+    targets = Targets(boxes=np.zeros((0, 4), np.float32), labels=np.zeros(0, np.int64))
+    decoded = {i: open_rgb(p) for i, p in enumerate(paths)}
+    encoded: dict[int, SizedImage] = {}
+    for i, p in enumerate(paths):
+        file = read_jpeg(p)
+        assert isinstance(file, EncodedImage) and (file.width, file.height) == decoded[i].size
+        encoded[i] = file
+    aug_cpu = TrainAugment(AugmentConfig(), 96, lambda i: (decoded[i], targets))
+    aug_file = TrainAugment(AugmentConfig(), 96, lambda i: (encoded[i], targets))
+    cpu, plans, sources = [], [], {}
+    for k in range(4):
+        params = aug_cpu.sample(k, np.random.SeedSequence([k]), [0, 1, 2, 3])
+        plan, _, images = aug_file.plan(params)
+        cpu.append(render_cpu(aug_cpu.plan(params)[0], decoded))
+        plans.append(plan)
+        sources.update(images)
+    packed = pack_plans(plans, sources, {i: str(p) for i, p in enumerate(paths)})
+    assert packed.rows.shape[0] == 0 and len(packed.jpeg_paths) == 4
+    differing, worst = _differences(packed.render().numpy(), cpu)
+    # Two JPEG decoders agree to a level or two on smooth content, more on the sharp speckle.
+    assert differing < 0.2 and worst <= 40, (differing, worst)
+
+
+def test_a_truncated_jpeg_is_left_to_pillow_which_names_it(tmp_path: Path) -> None:
+    (good,) = _jpeg_scene(tmp_path, 1)
+    bad = tmp_path / "truncated.jpg"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    assert read_jpeg(bad) is None
+    png = tmp_path / "image.png"
+    Image.open(good).save(png)
+    assert read_jpeg(png) is None
+    with pytest.raises(CorruptImageError, match=r"truncated\.jpg"):
+        open_rgb(bad)

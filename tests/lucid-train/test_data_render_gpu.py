@@ -1,0 +1,111 @@
+"""On CUDA the device renderer paints what it paints on the CPU, nvJPEG decodes what the CPU
+decoder decodes (within the JPEG bound), and a device-rendered fit trains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lucid_train.data.augment import AugmentConfig
+from lucid_train.data.augment.render_device import pack_plans
+from lucid_train.data.datamodule import LucidDataModule
+from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.image_io import read_jpeg
+from lucid_train.data.layout import read_split
+from lucid_train.data.records import Task
+
+pytestmark = pytest.mark.gpu
+
+HEAVY = AugmentConfig(mixup=0.5, copy_paste=0.5, degrees=5)
+
+
+def _differing(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int]:
+    d = (a.cpu().to(torch.int64) - b.cpu().to(torch.int64)).abs()
+    return float((d > 0).double().mean()), int(d.max())
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "obb"])
+def test_cuda_paints_the_cpu_tensor_renderers_pixels(
+    small_synthetic: Callable[[Task], Path], task: Task
+) -> None:
+    index = read_split(small_synthetic(task), "train", task=task)
+    ds = TrainDataset(index.records, index.schema, 256, HEAVY, seed=1, pool_size=4,
+                      render="device")  # fmt: skip
+    samples = [ds[(0, p)] for p in range(8)]
+    plans = [s.plan for s in samples if s.plan is not None]
+    packed = pack_plans(plans, {i: im for s in samples for i, im in s.sources.items()}, {})
+    on_cpu = packed.render()
+    on_cuda = packed.pin_memory().to("cuda").render()
+    assert on_cuda.is_cuda
+    differing, worst = _differing(on_cuda, on_cpu)
+    assert differing < 1e-3 and worst <= 1, (differing, worst)
+
+
+def test_nvjpeg_decodes_like_the_cpu_decoder(tmp_path: Path) -> None:
+    """Two JPEG decoders differ in IDCT and chroma upsampling, not in content: on a photo-like
+    image (smooth gradients and soft shapes) they agree to about a level on average."""
+    files = []
+    for i, (h, w) in enumerate([(480, 640), (640, 427), (333, 500)]):
+        y, x = np.mgrid[0:h, 0:w]
+        blob = 60 * np.exp(-((x - w / 2) ** 2 + (y - h / 3) ** 2) / (2 * (w / 6) ** 2))
+        pixels = np.stack([x * 200 / w + blob, y * 200 / h, 128 + blob], -1).clip(0, 255)
+        Image.fromarray(pixels.astype(np.uint8)).save(tmp_path / f"{i}.jpg", quality=90)
+        file = read_jpeg(tmp_path / f"{i}.jpg")
+        assert file is not None
+        files.append(torch.frombuffer(bytearray(file.data), dtype=torch.uint8))
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    cpu = decode_jpeg(files, mode=ImageReadMode.RGB)
+    gpu = decode_jpeg(files, mode=ImageReadMode.RGB, device="cuda")
+    for a, b in zip(cpu, gpu, strict=True):
+        assert a.shape == b.shape
+        d = (a.to(torch.int64) - b.cpu().to(torch.int64)).abs()
+        assert d.double().mean() < 1.0 and (d > 8).double().mean() < 0.01, d.double().mean()
+
+
+def test_a_device_rendered_fit_trains_on_cuda(small_synthetic: Callable[[Task], Path]) -> None:
+    import lightning as L
+
+    from lucid_train.module import DetectModule
+
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=128, batch_size=4,
+                         num_workers=2)  # fmt: skip
+    module = DetectModule("yolo26n", num_classes=dm.schema.num_classes)
+    trainer = L.Trainer(accelerator="gpu", devices=1, max_epochs=1, limit_train_batches=3,
+                        limit_val_batches=0, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, num_sanity_val_steps=0)  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+    assert dm.render_modes() == ("device", "device")
+    assert trainer.global_step > 0
+
+
+def test_the_pinning_thread_decodes_jpegs_ahead_and_the_render_waits_for_them(
+    tmp_path: Path,
+) -> None:
+    from lucid_train.data.augment import TrainAugment
+    from lucid_train.data.targets import Targets
+
+    files = {}
+    for i in range(4):
+        pixels = np.random.default_rng(i).integers(0, 255, (120 + 8 * i, 160, 3), np.uint8)
+        Image.fromarray(pixels).save(tmp_path / f"{i}.jpg", quality=95)
+        file = read_jpeg(tmp_path / f"{i}.jpg")
+        assert file is not None
+        files[i] = file
+    empty = Targets(boxes=np.zeros((0, 4), np.float32), labels=np.zeros(0, np.int64))
+    aug = TrainAugment(HEAVY, 128, lambda i: (files[i], empty))
+    plans, sources = [], {}
+    for k in range(4):
+        plan, _, images = aug.plan(aug.sample(k, np.random.SeedSequence([k]), [0, 1, 2, 3]))
+        plans.append(plan)
+        sources.update(images)
+    packed = pack_plans(plans, sources, {})
+    later = packed.to("cuda").render()  # decoded where it renders
+    ahead = packed.pin_memory()  # decoded on the side stream, as the pinning thread does
+    assert ahead.decoded is not None and ahead.decoded.is_cuda and ahead.ready is not None
+    assert torch.equal(ahead.to("cuda").render(), later)
