@@ -261,3 +261,12 @@ def test_split_folder_without_images_is_refused_saying_what_was_looked_for(
     (tmp_path / "images" / "train" / "a.png").rename(tmp_path / "images" / "train" / "a.txt")
     with pytest.raises(EmptySplitError, match=r"holds no usable image .*jpg.*png.*found none"):
         read_split(tmp_path, "train", task="detect")
+
+
+def test_yolo_names_keyed_by_quoted_digits_still_load(tmp_path: Path) -> None:
+    """The stricter key check still reads ``'0': cat`` (quoted indices, as some writers emit)."""
+    yaml = "path: .\ntrain: images/train\nnames:\n  '0': cat\n  '1': dog\n"
+    _yolo(tmp_path, yaml, b"1 0.5 0.5 0.2 0.2\n")
+    index = read_split(tmp_path, "train", task="detect")
+    assert index.schema.class_names == ("cat", "dog")
+    assert index.records[0].targets.labels.tolist() == [1]

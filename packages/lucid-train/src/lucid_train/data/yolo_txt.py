@@ -67,15 +67,17 @@ def _schema(cfg: dict[str, Any], task: Task, where: Path) -> tuple[DatasetSchema
     if isinstance(names, list) and names:
         class_names = tuple(str(n) for n in names)
     elif isinstance(names, dict) and names:
-        if not all(_is_int(k) for k in names):
+        # Integer keys, or quoted digits ('0': cat) as some writers emit.
+        if not all(_is_int(k) or (isinstance(k, str) and k.isdecimal()) for k in names):
             raise DataFormatError(
                 f"{where}: 'names' keys must be class indices 0..{len(names) - 1}, got "
                 f"{list(names)!r:.60}"
             )
-        keys = sorted(names)
-        if keys != list(range(len(keys))):
-            raise DataFormatError(f"{where}: 'names' keys must be 0..{len(keys) - 1}, got {keys}")
-        class_names = tuple(str(names[k]) for k in keys)
+        by_index = {int(k): v for k, v in names.items()}
+        keys = sorted(by_index)
+        if len(by_index) != len(names) or keys != list(range(len(keys))):
+            raise DataFormatError(f"{where}: 'names' keys must be 0..{len(names) - 1}, got {keys}")
+        class_names = tuple(str(by_index[k]) for k in keys)
     else:
         raise DataFormatError(
             f"{where}: 'names' must be a non-empty list or mapping of class index to name, got "
