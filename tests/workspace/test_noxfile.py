@@ -196,3 +196,25 @@ def test_gpu_session_on_the_current_interpreter_says_so_and_skips_a_pair_not_its
     assert out.returncode == 0, text
     assert "GPU environment: the current interpreter python3 (LUCID_GPU_ENV=current)" in text
     assert "this session needs python 3.13 with torch 2.9" in text
+
+
+def test_ci_runs_the_default_lane_and_the_matrixs_far_corner() -> None:
+    """`.ci/run` (and so the README's test command) runs the newest Python with the oldest torch
+    beside the default lane, and every session it names exists."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    match = re.search(r"^TEST_COMMAND=\((.*)\)$", ci, re.M)
+    assert match is not None
+    words = shlex.split(match.group(1))
+    assert words[:2] == ["nox", "-s"]
+    sessions = words[2:]
+    oldest_torch = min(NOXFILE.TORCH_GROUPS, key=lambda v: tuple(map(int, v.split("."))))
+    newest_python = max(NOXFILE.PYTHONS, key=lambda v: tuple(map(int, v.split("."))))
+    assert {"lint", "cpu-3.11-torch2.11", f"cpu-{newest_python}-torch{oldest_torch}"} <= set(
+        sessions
+    ), sessions
+    known = {"lint", "capture-standalone"} | {
+        f"{kind}-{py}-torch{t}" for kind in ("cpu", "gpu") for py in NOXFILE.PYTHONS
+        for t in NOXFILE.TORCH_GROUPS
+    }  # fmt: skip
+    assert set(sessions) <= known
+    assert " ".join(words) in (ROOT / "README.md").read_text()
