@@ -5,25 +5,38 @@ version (`nox -t torch2.11`). Packages are chosen by posargs:
 
     nox -s cpu-3.11-torch2.11 -- lucid-kernels lucid-capture
 
-A GPU session installs nothing: it runs on the interpreter it is started with (the GPU machine has
-torch preinstalled and no network) and skips, saying why, when that interpreter's Python/torch pair
-is not the session's.
+Pytest flags pass through, with their values as separate words or not (`-- -n 8`, `-- -n8`,
+`-- lucid-capture -k signature`): a word that is not a test folder is the value of the flag
+before it.
+
+A GPU session chooses its environment (`gpu_env_plan`): where the package registry answers and
+uv is at hand, it builds its own from `uv.lock` for its Python/torch pair, as the CPU sessions
+do; elsewhere (the GPU machine has torch preinstalled and no network) it installs nothing, runs on
+the interpreter it is started with and skips, saying why, when that interpreter's Python/torch
+pair is not the session's. `LUCID_GPU_ENV=build|current` forces the choice; the session prints
+which it took. Unless the flags choose otherwise it runs the tests side by side with
+pytest-xdist (`-n <cores - 2> --dist=worksteal`), so the whole session fits one 10-minute call.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import nox
 
 nox.needs_version = ">=2026.8.17"
 nox.options.default_venv_backend = "uv"
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "cpu-3.11-torch2.11", "capture-standalone"]
+# The default lane and the matrix's far corner (newest Python, oldest torch), so neither rots.
+nox.options.sessions = ["lint", "cpu-3.11-torch2.11", "cpu-3.13-torch2.9", "capture-standalone"]
 
 ROOT = Path(__file__).parent
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
@@ -34,18 +47,46 @@ TORCH_GROUPS = {"2.9": "torch29", "2.11": "torch211"}  # dependency groups in py
 NO_TESTS_COLLECTED = 5  # pytest's exit code for an empty selection
 
 
+def _test_folders() -> list[str]:
+    return [n for n in [*PACKAGES, *EXTRA_TEST_DIRS] if (ROOT / "tests" / n).is_dir()]
+
+
+def split_posargs(posargs: Sequence[str], folders: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Posargs -> (test folder names, pytest flags). A word that does not start with ``-`` is a
+    folder when it names one, else the value of the flag just before it (``-n 8``, ``-k name``);
+    anything else raises ValueError naming it."""
+    names: list[str] = []
+    flags: list[str] = []
+    for i, arg in enumerate(posargs):
+        if arg.startswith("-"):
+            flags.append(arg)
+        elif arg in folders:
+            names.append(arg)
+        elif i > 0 and flags and posargs[i - 1] == flags[-1] and "=" not in flags[-1]:
+            flags.append(arg)
+        else:
+            raise ValueError(
+                f"no test folder for {arg!r}; choose from {list(folders)}, or give it after the "
+                "pytest flag it belongs to"
+            )
+    return names, flags
+
+
 def _test_dirs(session: nox.Session) -> list[str]:
     """tests/<name> for each posarg (a package or an extra folder); all of them by default."""
-    every = [n for n in [*PACKAGES, *EXTRA_TEST_DIRS] if (ROOT / "tests" / n).is_dir()]
-    names = [a for a in session.posargs if not a.startswith("-")] or every
-    unknown = [n for n in names if n not in every]
-    if unknown:
-        session.error(f"no test folder for {unknown}; choose from {every}")
-    return [f"tests/{n}" for n in names]
+    every = _test_folders()
+    try:
+        names, _ = split_posargs(session.posargs, every)
+    except ValueError as err:
+        session.error(str(err))
+    return [f"tests/{n}" for n in names or every]
 
 
 def _pytest_flags(session: nox.Session) -> list[str]:
-    return [a for a in session.posargs if a.startswith("-")]
+    try:
+        return split_posargs(session.posargs, _test_folders())[1]
+    except ValueError as err:
+        session.error(str(err))
 
 
 def _run_pytest(session: nox.Session, *args: str, python: str = "python", **kw: object) -> None:
@@ -79,43 +120,113 @@ for _torch, _group in TORCH_GROUPS.items():
 
 
 def _interpreter_pair(python: str) -> tuple[str, str]:
-    out = subprocess.run(
-        [
-            python,
-            "-c",
-            "import sys, torch; print(f'{sys.version_info[0]}.{sys.version_info[1]}',"
-            " torch.__version__)",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        out = subprocess.run(
+            [
+                python,
+                "-c",
+                "import sys, torch; print(f'{sys.version_info[0]}.{sys.version_info[1]}',"
+                " torch.__version__)",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:  # no such interpreter
+        return ("none", "none (no interpreter)")
     if out.returncode != 0:
         return (f"{sys.version_info[0]}.{sys.version_info[1]}", "none (torch not importable)")
     py, torch_version = out.stdout.split()
     return py, torch_version
 
 
+def parallel_flags(flags: Sequence[str], cores: int | None) -> list[str]:
+    """The GPU session's default xdist flags, unless ``flags`` already choose the workers, the
+    distribution or turn xdist off: the GPU tests are long fits that share the one device well,
+    and one at a time they take longer than a 10-minute call (README)."""
+    chosen = ("-n", "--numprocesses", "--dist", "-p")
+    if any(f == c or f.startswith(c) for f in flags for c in chosen):
+        return []
+    workers = (cores or 1) - 2  # leave the main process and the device's feeder a core each
+    return [f"-n{workers}", "--dist=worksteal"] if workers >= 2 else []
+
+
+def registry_reachable(url: str | None = None, timeout: float = 3.0) -> bool:
+    """Whether the package index (``UV_INDEX_URL`` / ``PIP_INDEX_URL``, else PyPI) accepts a TCP
+    connection: a cheap stand-in for "uv can sync here"."""
+    url = url or os.environ.get("UV_INDEX_URL") or os.environ.get("PIP_INDEX_URL")
+    parts = urlsplit(url or "https://pypi.org/simple/")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass(frozen=True)
+class GpuEnvPlan:
+    """Where a GPU session runs: ``build`` (a venv synced from uv.lock) or ``current`` (the
+    interpreter it was started with), why, and the sync command for ``build``."""
+
+    kind: str
+    reason: str
+    sync: tuple[str, ...] = ()
+
+
+def gpu_env_plan(
+    torch_version: str, *, forced: str | None, reachable: Callable[[], bool], uv: str | None
+) -> GpuEnvPlan:
+    """Choose the GPU session's environment (see the module docstring)."""
+    sync = ("uv", "sync", "--locked", "--no-default-groups", "--group", "dev")
+    sync = (*sync, "--group", TORCH_GROUPS[torch_version])
+    if forced not in (None, "", "build", "current"):
+        raise ValueError(f"LUCID_GPU_ENV must be 'build' or 'current', got {forced!r}")
+    if forced == "current":
+        return GpuEnvPlan("current", "LUCID_GPU_ENV=current")
+    if forced == "build":
+        return GpuEnvPlan("build", "LUCID_GPU_ENV=build", sync)
+    if uv is None:
+        return GpuEnvPlan("current", "uv is not on PATH")
+    if not reachable():
+        return GpuEnvPlan("current", "the package registry does not answer")
+    return GpuEnvPlan("build", "the package registry answers", sync)
+
+
 def _gpu_session(py: str, torch_version: str) -> Callable[[nox.Session], None]:
     def run(session: nox.Session) -> None:
-        python = os.environ.get("LUCID_GPU_PYTHON", "python3")
+        names, flags = _test_dirs(session), _pytest_flags(session)
+        plan = gpu_env_plan(
+            torch_version,
+            forced=os.environ.get("LUCID_GPU_ENV"),
+            reachable=registry_reachable,
+            uv=shutil.which("uv"),
+        )
+        env: dict[str, str] = {}
+        if plan.kind == "build":
+            venv = ROOT / ".nox" / f"{session.name}-uv"
+            session.log(f"GPU environment: building {venv} from uv.lock ({plan.reason})")
+            env["UV_PROJECT_ENVIRONMENT"] = str(venv)
+            session.run(*plan.sync, "--python", py, env=env, external=True)
+            python = str(venv / "bin" / "python")
+        else:
+            python = os.environ.get("LUCID_GPU_PYTHON", "python3")
+            session.log(f"GPU environment: the current interpreter {python} ({plan.reason})")
+            src = [str(ROOT / "packages" / p / "src") for p in PACKAGES]
+            env["PYTHONPATH"] = os.pathsep.join([*src, os.environ.get("PYTHONPATH", "")])
         have_py, have_torch = _interpreter_pair(python)
         if have_py != py or not have_torch.startswith(torch_version + "."):
             session.skip(
                 f"this session needs python {py} with torch {torch_version}; "
                 f"{python} has python {have_py}, torch {have_torch}"
             )
-        src = [str(ROOT / "packages" / p / "src") for p in PACKAGES]
-        env = {"PYTHONPATH": os.pathsep.join([*src, os.environ.get("PYTHONPATH", "")])}
+        # Without pytest-xdist in that interpreter the tests run one at a time, as before.
+        xdist = subprocess.run([python, "-c", "import xdist"], capture_output=True, check=False)
+        extra = parallel_flags(flags, os.cpu_count()) if xdist.returncode == 0 else []
+        if extra:
+            session.log(f"running side by side: {' '.join(extra)}")
         _run_pytest(
-            session,
-            "-m",
-            "gpu",
-            *_pytest_flags(session),
-            *_test_dirs(session),
-            python=python,
-            env=env,
-            external=True,
+            session, "-m", "gpu", *extra, *flags, *names, python=python, env=env, external=True
         )
 
     return run

@@ -16,11 +16,21 @@ import torch
 from lucid_train.data.records import Task
 from lucid_train.model_spec import SUFFIXES
 
-__all__ = ["CheckpointInfo", "CheckpointTaskError", "load_module", "read_checkpoint_info"]
+__all__ = [
+    "CheckpointInfo",
+    "CheckpointTaskError",
+    "NotALucidCheckpointError",
+    "load_module",
+    "read_checkpoint_info",
+]
 
 
 class CheckpointTaskError(ValueError):
     """A checkpoint of one task was asked to serve another."""
+
+
+class NotALucidCheckpointError(ValueError):
+    """A file loads as a checkpoint but was not written by ``lucid fit`` (no task or model)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,8 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file is not a lucid checkpoint (no task in its hyper-parameters).
+        NotALucidCheckpointError: the file is not a lucid checkpoint (no task/model in its
+            hyper-parameters).
     """
     p = Path(path)
     if not p.is_file():
@@ -53,7 +64,7 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
     ckpt = torch.load(p, map_location="cpu", weights_only=False)
     hp = dict(ckpt.get("hyper_parameters") or {})
     if "task" not in hp or "model" not in hp:
-        raise ValueError(
+        raise NotALucidCheckpointError(
             f"checkpoint {p}: not a lucid checkpoint (no task/model in its hyper_parameters); "
             "pass a last.ckpt or best.ckpt written by `lucid fit`"
         )

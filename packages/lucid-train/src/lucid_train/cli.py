@@ -397,8 +397,9 @@ def _export(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status. Errors the user can fix (a checkpoint of
-    another task, an unknown layout, a missing file) print one line, not a traceback."""
-    from lucid_train.checkpoint import CheckpointTaskError
+    another task or not ours, an unknown layout, a split with no usable image, a missing file)
+    print one line, not a traceback, and exit with status 2."""
+    from lucid_train.checkpoint import CheckpointTaskError, NotALucidCheckpointError
     from lucid_train.data import DataFormatError, LayoutError
     from lucid_train.nonfinite import NonFiniteLossError
 
@@ -414,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return verbs[args.verb](args)
     except (
         CheckpointTaskError,
+        NotALucidCheckpointError,
         LayoutError,
         DataFormatError,
         FileNotFoundError,

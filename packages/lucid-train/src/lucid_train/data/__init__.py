@@ -13,7 +13,13 @@ from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset
 from lucid_train.data.dota import read_dota, tile_dota
 from lucid_train.data.image_io import CorruptImageError
-from lucid_train.data.layout import LayoutError, probe_layouts, read_split, resolve_layout
+from lucid_train.data.layout import (
+    EmptySplitError,
+    LayoutError,
+    probe_layouts,
+    read_split,
+    resolve_layout,
+)
 from lucid_train.data.records import (
     DataFormatError,
     DatasetIndex,
@@ -34,6 +40,7 @@ __all__ = [
     "DataFormatError",
     "DatasetIndex",
     "DatasetSchema",
+    "EmptySplitError",
     "EpochSampler",
     "EvalDataset",
     "ImageRecord",

@@ -16,7 +16,9 @@ An extra per-annotation key ``difficult`` (written by DOTA tiling) sets `Targets
 
 Hard errors (the file is wrong): duplicate image or annotation ids, an annotation whose
 ``category_id`` is not in ``categories`` or whose ``image_id`` is not in ``images``, a keypoint
-list of the wrong length.
+list of the wrong length, and any field of the wrong type (an id that is not an integer, a
+``bbox`` that is not four finite numbers, a size that is not a positive integer, ...): each names
+the file, the entry (``annotations[3]``) and the fix.
 Counted skips: crowd regions, empty boxes, rings with fewer than 3 points (or not 4 for obb), RLE
 masks, missing / unreadable image files.
 """
@@ -24,6 +26,7 @@ masks, missing / unreadable image files.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from lucid_train.data.image_io import Verify, check_image
+from lucid_train.data.input_checks import float32_finite, read_text
 from lucid_train.data.records import (
     DataFormatError,
     DatasetIndex,
@@ -41,6 +45,50 @@ from lucid_train.data.records import (
 )
 from lucid_train.data.rotated import fit_rboxes, rbox_corners, rbox_envelopes
 from lucid_train.data.targets import Targets
+
+
+def _entries(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    """``doc[key]`` as a list of JSON objects, or a refusal naming the first that is not one."""
+    items = doc[key]
+    if not isinstance(items, list):
+        raise DataFormatError(
+            f"{where}: '{key}' must be a list of objects, got {type(items).__name__}"
+        )
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise DataFormatError(
+                f"{where}: {key}[{i}] must be an object, got {type(item).__name__} {item!r:.40}"
+            )
+    return items
+
+
+def _int(entry: dict[str, Any], key: str, where: str, *, positive: bool = False) -> int:
+    """An integer field (an integral float such as ``3.0`` is accepted; bools are not)."""
+    if key not in entry:
+        raise DataFormatError(f"{where}: missing '{key}'; add it")
+    v = entry[key]
+    ok = isinstance(v, int) and not isinstance(v, bool)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        v, ok = int(v), True
+    if not ok or (positive and v <= 0):
+        kind = "a positive integer" if positive else "an integer"
+        raise DataFormatError(f"{where}: '{key}' must be {kind}, got {v!r:.40}")
+    return int(v)
+
+
+def _numbers(value: Any, where: str, what: str) -> np.ndarray:
+    """A flat JSON list of finite numbers (finite as float32 too) as float64."""
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise DataFormatError(f"{where}: {what} must be a list of numbers, got {value!r:.60}")
+    out = np.asarray(value, np.float64)
+    if not float32_finite(out):
+        raise DataFormatError(
+            f"{where}: {what} holds a non-finite or out-of-range value ({value!r:.60}); "
+            "fix or remove the annotation"
+        )
+    return out
 
 
 def flip_index_from_names(names: Sequence[str]) -> tuple[int, ...]:
@@ -55,14 +103,19 @@ def flip_index_from_names(names: Sequence[str]) -> tuple[int, ...]:
 
 
 def _schema(doc: dict[str, Any], task: Task, where: str) -> DatasetSchema:
-    cats = sorted(doc.get("categories", []), key=lambda c: int(c["id"]))
+    entries = _entries(doc, "categories", where)
+    keyed = [(_int(c, "id", f"{where}: categories[{i}]"), c) for i, c in enumerate(entries)]
+    cats = [c for _, c in sorted(keyed, key=lambda kc: kc[0])]
     if not cats:
         raise DataFormatError(
             f"{where}: 'categories' is empty; list every category with an id and a name"
         )
-    ids = [int(c["id"]) for c in cats]
+    ids = sorted(cid for cid, _ in keyed)
     if len(set(ids)) != len(ids):
-        raise DataFormatError(f"{where}: duplicate category ids in 'categories': {ids}")
+        raise DataFormatError(
+            f"{where}: duplicate category ids in 'categories': {ids}; "
+            "give every category a unique id"
+        )
     names = tuple(str(c.get("name", c["id"])) for c in cats)
     if task != "pose":
         return DatasetSchema(task, names, tuple(ids))
@@ -71,16 +124,44 @@ def _schema(doc: dict[str, Any], task: Task, where: str) -> DatasetSchema:
         raise DataFormatError(
             f"{where}: task 'pose' needs a category with a 'keypoints' list of names; none has one"
         )
-    kpt_names = tuple(str(n) for n in with_kpts[0]["keypoints"])
-    for c in with_kpts[1:]:
-        if tuple(c["keypoints"]) != kpt_names:
-            raise DataFormatError(
-                f"{where}: categories name different keypoint lists; lucid needs one schema"
-            )
-    skeleton = tuple((int(a) - 1, int(b) - 1) for a, b in with_kpts[0].get("skeleton", []))
+    lists = [c["keypoints"] for c in with_kpts]
+    if not all(isinstance(ks, list) and all(isinstance(n, str) for n in ks) for ks in lists):
+        raise DataFormatError(
+            f"{where}: a category's 'keypoints' must be a list of keypoint names (strings)"
+        )
+    kpt_names = tuple(lists[0])
+    if any(tuple(ks) != kpt_names for ks in lists[1:]):
+        raise DataFormatError(
+            f"{where}: categories name different keypoint lists; lucid needs one schema"
+        )
+    if len({n.lower() for n in kpt_names}) != len(kpt_names):
+        raise DataFormatError(
+            f"{where}: keypoint names repeat (ignoring case) in {list(kpt_names)}; "
+            "give every keypoint its own name"
+        )
     return DatasetSchema(
-        task, names, tuple(ids), kpt_names, flip_index_from_names(kpt_names), skeleton
+        task,
+        names,
+        tuple(ids),
+        kpt_names,
+        flip_index_from_names(kpt_names),
+        _skeleton(with_kpts[0].get("skeleton", []), len(kpt_names), where),
     )
+
+
+def _skeleton(value: Any, k: int, where: str) -> tuple[tuple[int, int], ...]:
+    """COCO's 1-based keypoint pairs as 0-based ones, each index checked against ``K``."""
+    pairs = value if isinstance(value, list) else [value]
+    out = []
+    for pair in pairs:
+        ok = isinstance(pair, list) and len(pair) == 2
+        ok = ok and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+        if not ok or not all(1 <= v <= k for v in pair):
+            raise DataFormatError(
+                f"{where}: 'skeleton' must list pairs of keypoint numbers 1..{k}, got {pair!r:.40}"
+            )
+        out.append((pair[0] - 1, pair[1] - 1))
+    return tuple(out)
 
 
 def read_coco(
@@ -104,9 +185,18 @@ def read_coco(
     """
     ann_file, images_dir = Path(ann_file), Path(images_dir)
     try:
-        doc = json.loads(ann_file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataFormatError(f"{ann_file}: cannot read COCO JSON ({exc})") from exc
+        doc = json.loads(read_text(ann_file))
+    except json.JSONDecodeError as exc:
+        raise DataFormatError(
+            f"{ann_file}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); fix the "
+            "JSON there (a truncated or hand-edited file?) or export the annotations again"
+        ) from exc
+    except RecursionError as exc:
+        raise DataFormatError(f"{ann_file}: JSON nested too deeply to read; is it COCO?") from exc
+    if not isinstance(doc, dict):
+        raise DataFormatError(
+            f"{ann_file}: a COCO file holds one JSON object, got {type(doc).__name__}"
+        )
     for key in ("images", "annotations", "categories"):
         if key not in doc:
             raise DataFormatError(
@@ -117,8 +207,8 @@ def read_coco(
     report = LoadReport(str(ann_file))
 
     images: dict[int, dict[str, Any]] = {}
-    for im in doc["images"]:
-        iid = int(im["id"])
+    for i, im in enumerate(_entries(doc, "images", str(ann_file))):
+        iid = _int(im, "id", f"{ann_file}: images[{i}]")
         if iid in images:
             raise DataFormatError(
                 f"{ann_file}: duplicate image id {iid} ({images[iid].get('file_name')} and "
@@ -128,8 +218,9 @@ def read_coco(
 
     per_image: dict[int, list[dict[str, Any]]] = {iid: [] for iid in images}
     seen_ids: set[Any] = set()
-    for ann in doc["annotations"]:
-        aid = ann.get("id", "?")
+    for i, ann in enumerate(_entries(doc, "annotations", str(ann_file))):
+        at = f"{ann_file}: annotations[{i}]"
+        aid = _int(ann, "id", at) if "id" in ann else "?"
         if "id" in ann:
             # pycocotools indexes annotations by id: a repeat silently replaces ground truth.
             if aid in seen_ids:
@@ -138,23 +229,32 @@ def read_coco(
                     "give every annotation a unique id"
                 )
             seen_ids.add(aid)
-        if int(ann["category_id"]) not in label_of:
+        if _int(ann, "category_id", at) not in label_of:
             raise DataFormatError(
                 f"{ann_file}: annotation {aid} has category_id {ann['category_id']}, "
                 f"which is not in "
                 f"'categories' (ids {list(schema.category_ids)}); add the category or fix the id"
             )
-        iid = int(ann["image_id"])
+        iid = _int(ann, "image_id", at)
         if iid not in per_image:
             raise DataFormatError(
-                f"{ann_file}: annotation {aid} refers to image_id {iid}, which is not in 'images'"
+                f"{ann_file}: annotation {aid} refers to image_id {iid}, which is not in 'images'; "
+                "add the image or fix the id"
             )
         per_image[iid].append(ann)
 
     records: list[ImageRecord] = []
     for iid in sorted(images):
         im = images[iid]
-        path = images_dir / str(im["file_name"])
+        at = f"{ann_file}: image {iid}"
+        name = im.get("file_name")
+        if not isinstance(name, str) or not name.strip() or "\0" in name:
+            raise DataFormatError(
+                f"{at}: 'file_name' must be the image's path relative to {images_dir}, "
+                f"got {name!r:.40}"
+            )
+        width, height = _int(im, "width", at, positive=True), _int(im, "height", at, positive=True)
+        path = images_dir / name
         if not path.is_file():
             report.skip("missing image file", str(path))
             continue
@@ -162,7 +262,6 @@ def read_coco(
         if size is None:
             report.skip("corrupt or truncated image", str(path))
             continue
-        width, height = int(im["width"]), int(im["height"])
         if verify != "none" and size != (width, height):
             raise DataFormatError(
                 f"{ann_file}: image {iid} ({path}) is declared {width}x{height} but the file is "
@@ -189,12 +288,23 @@ def _image_targets(
     k = schema.num_keypoints
     boxes, labels, difficult, rings, kpts = [], [], [], [], []
     for ann in anns:
-        aid = f"{where} annotation {ann.get('id', '?')}"
+        aid = f"{where}: annotation {ann.get('id', '?')}"
+        for flag in ("iscrowd", "difficult"):
+            if not isinstance(ann.get(flag, 0), (bool, int, float)):
+                raise DataFormatError(f"{aid}: '{flag}' must be 0 or 1, got {ann[flag]!r:.40}")
         if ann.get("iscrowd", 0):
             report.skip("crowd region (scored by evaluation, not trained on)", aid)
             continue
-        x, y, w, h = (float(v) for v in ann["bbox"])
-        box = np.array([x, y, x + w, y + h], np.float64)
+        if "bbox" not in ann:
+            raise DataFormatError(f"{aid}: missing 'bbox' [x, y, width, height]; add it")
+        xywh = _numbers(ann["bbox"], aid, "'bbox'")
+        if xywh.size != 4:
+            raise DataFormatError(
+                f"{aid}: 'bbox' must be [x, y, width, height], got {xywh.size} values"
+            )
+        x, y, w, h = (float(v) for v in xywh)
+        with np.errstate(over="ignore"):
+            box = np.array([x, y, x + w, y + h], np.float64)
         box[[0, 2]] = box[[0, 2]].clip(0, width)
         box[[1, 3]] = box[[1, 3]].clip(0, height)
         if box[2] <= box[0] or box[3] <= box[1]:
@@ -205,7 +315,7 @@ def _image_targets(
             if not isinstance(seg, list) or not seg:
                 report.skip("no polygon segmentation (RLE or missing)", aid)
                 continue
-            ring = np.asarray(seg[0], np.float64)
+            ring = _numbers(seg[0], aid, "'segmentation' ring")
             if ring.size % 2 or ring.size < 6:
                 report.skip("polygon with fewer than 3 points", aid)
                 continue
@@ -216,12 +326,13 @@ def _image_targets(
             rings.append(ring)
         if task == "pose":
             flat = ann.get("keypoints")
-            if flat is None or len(flat) != 3 * k:
+            values = np.zeros(0) if flat is None else _numbers(flat, aid, "'keypoints'")
+            if values.size != 3 * k:
                 raise DataFormatError(
                     f"{aid}: expected {3 * k} keypoint values ({k} keypoints x (x, y, v)) as the "
-                    f"category declares, got {0 if flat is None else len(flat)}"
+                    f"category declares, got {values.size}"
                 )
-            kpts.append(np.asarray(flat, np.float64).reshape(k, 3))
+            kpts.append(values.reshape(k, 3))
         boxes.append(box)
         labels.append(label_of[int(ann["category_id"])])
         difficult.append(bool(ann.get("difficult", False)))
@@ -234,7 +345,13 @@ def _image_targets(
     if task == "segment":
         return base.replace(polygons=tuple(r.astype(np.float32) for r in rings))
     if task == "obb":
-        rb = fit_rboxes(np.stack(rings) if rings else np.zeros((0, 4, 2)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            rb = fit_rboxes(np.stack(rings) if rings else np.zeros((0, 4, 2)))
+        if not np.isfinite(rb).all():
+            raise DataFormatError(
+                f"{where}: a 4-point ring of image {anns[0].get('image_id')} spans more than "
+                "float32 can hold; fix its coordinates (pixels of the image)"
+            )
         return base.replace(boxes=rbox_envelopes(rb), rboxes=rb)
     if task == "pose":
         arr = np.stack(kpts) if kpts else np.zeros((0, k, 3))

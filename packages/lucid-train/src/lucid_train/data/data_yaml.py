@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from lucid_train.data.input_checks import read_text
 from lucid_train.data.records import DataFormatError
 
 _KEY = re.compile(r"^([A-Za-z0-9_\-]+)\s*:(.*)$")
@@ -180,7 +181,7 @@ def parse_data_yaml(text: str, source: str = "data.yaml") -> dict[str, Any]:
 
 def read_data_yaml(path: Path) -> dict[str, Any]:
     """Read and parse ``path`` (see `parse_data_yaml`)."""
-    return parse_data_yaml(path.read_text(), str(path))
+    return parse_data_yaml(read_text(path), str(path))
 
 
 def dump_data_yaml(values: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, check_image, open_rgb
+from lucid_train.data.input_checks import float32_finite, read_text
 from lucid_train.data.polygons import clip_to_rect, polygon_area
 from lucid_train.data.records import (
     DataFormatError,
@@ -69,6 +70,14 @@ def parse_label_txt(
             quad = np.asarray([float(v) for v in parts[:8]], np.float64).reshape(4, 2)
         except ValueError as exc:
             raise DataFormatError(f"{at}: non-numeric corner in {line.strip()!r}") from exc
+        # A finite rotated box, not only finite corners: 1e200 squared overflows its area.
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = float32_finite(quad) and np.isfinite(fit_rboxes(quad[None])).all()
+        if not finite:
+            raise DataFormatError(
+                f"{at}: corner out of range (nan, inf or too large) in {line.strip()!r}; "
+                "corners are pixels of the image"
+            )
         if parts[8] not in lookup:
             raise DataFormatError(
                 f"{at}: class {parts[8]!r} is not one of {list(class_names)}; "
@@ -112,7 +121,7 @@ def read_dota(
         if size is None:
             report.skip("corrupt or truncated image", str(image))
             continue
-        quads, labels, difficult = parse_label_txt(lbl.read_text(), class_names, str(lbl))
+        quads, labels, difficult = parse_label_txt(read_text(lbl), class_names, str(lbl))
         rb = fit_rboxes(quads)
         t = Targets(boxes=rbox_envelopes(rb), labels=labels, difficult=difficult, rboxes=rb)
         records.append(ImageRecord(len(records), image, size[1], size[0], t))
@@ -206,7 +215,7 @@ def tile_dota(
     anns: list[dict[str, Any]] = []
     for rec in index.records:
         quads, labels, difficult = parse_label_txt(
-            (root / split / "labelTxt" / (rec.path.stem + ".txt")).read_text(),
+            read_text(root / split / "labelTxt" / (rec.path.stem + ".txt")),
             class_names,
             str(rec.path),
         )

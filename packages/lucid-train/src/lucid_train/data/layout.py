@@ -10,7 +10,9 @@ Layouts probed (for a split such as ``train``):
 * ``dota``: ``{split}/images`` beside ``{split}/labelTxt``.
 
 A folder that matches none, or more than one, is refused with the list of layouts probed and what
-each expects; pass ``layout=`` to choose explicitly (assumptions.md D8).
+each expects; pass ``layout=`` to choose explicitly (assumptions.md D8). A split that holds no
+usable image (none found, or every one skipped) is refused by `read_split` with the folder, what
+was looked for and what was skipped, before anything trains on it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Literal
 
 from lucid_train.data.coco import read_coco
 from lucid_train.data.dota import read_dota
-from lucid_train.data.image_io import Verify
-from lucid_train.data.records import DatasetIndex, Task
+from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify
+from lucid_train.data.records import DataFormatError, DatasetIndex, Task
 from lucid_train.data.yolo_txt import MissingLabels, read_yolo
 
 Layout = Literal["coco", "coco-split-folders", "yolo", "dota"]
@@ -39,6 +41,10 @@ _EXPECTS: dict[Layout, str] = {
 
 class LayoutError(ValueError):
     """A dataset folder's layout is unknown or ambiguous."""
+
+
+class EmptySplitError(DataFormatError):
+    """A split holds no usable image: none was found, or every one was skipped."""
 
 
 @dataclass(frozen=True)
@@ -135,16 +141,42 @@ def read_split(
     verify: Verify = "header",
     missing_labels: MissingLabels = "error",
 ) -> DatasetIndex:
-    """Read ``split`` of the dataset at ``root`` (a folder, or a YOLO ``data.yaml``)."""
+    """Read ``split`` of the dataset at ``root`` (a folder, or a YOLO ``data.yaml``).
+
+    Raises:
+        LayoutError: the folder's layout is unknown or ambiguous.
+        EmptySplitError: the split holds no usable image.
+        DataFormatError: a file of the split breaks its format.
+    """
     m = resolve_layout(root, split, task, layout)
     if m.layout in ("coco", "coco-split-folders"):
-        return read_coco(m.annotations, m.images, task=task, verify=verify)
-    if m.layout == "yolo":
-        return read_yolo(
+        index = read_coco(m.annotations, m.images, task=task, verify=verify)
+    elif m.layout == "yolo":
+        index = read_yolo(
             m.annotations, split, task=task, verify=verify, missing_labels=missing_labels
         )
-    if task != "obb":
+    elif task != "obb":
         raise LayoutError(
             f"{root}: the DOTA layout holds rotated boxes; use task='obb', got {task!r}"
         )
-    return read_dota(Path(root), split, verify=verify)
+    else:
+        index = read_dota(Path(root), split, verify=verify)
+    if not index.records:
+        raise EmptySplitError(_empty_split_message(m, split, index))
+    return index
+
+
+def _empty_split_message(m: LayoutMatch, split: str, index: DatasetIndex) -> str:
+    suffixes = "/".join(sorted(s.lstrip(".") for s in IMAGE_SUFFIXES))
+    looked = {
+        "coco": f"the images listed in {m.annotations}, under {m.images}",
+        "coco-split-folders": f"the images listed in {m.annotations}, under {m.images}",
+        "yolo": f"{suffixes} images of split {split!r} as {m.annotations} names them",
+        "dota": f"{suffixes} images in {m.images} with labels in {m.annotations}",
+    }[m.layout]
+    skipped = "; ".join(f"{n} x {reason}" for reason, n in sorted(index.report.counts.items()))
+    return (
+        f"{m.images}: split {split!r} holds no usable image (looked for {looked}; "
+        f"{'skipped: ' + skipped if skipped else 'found none'}); add images there or point "
+        "--data.root at the dataset folder"
+    )

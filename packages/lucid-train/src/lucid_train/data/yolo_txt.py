@@ -16,6 +16,7 @@ chooses ``skip`` or ``background`` instead, both counted in the load report).
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ import numpy as np
 
 from lucid_train.data.data_yaml import dump_data_yaml, read_data_yaml
 from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, check_image
+from lucid_train.data.input_checks import read_text
 from lucid_train.data.records import (
     DataFormatError,
     DatasetIndex,
@@ -52,39 +54,67 @@ def label_path(image: Path) -> Path:
     )
 
 
+# More keypoints than any skeleton has: a larger kpt_shape is a typo, not a dataset.
+MAX_KEYPOINTS = 1000
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _schema(cfg: dict[str, Any], task: Task, where: Path) -> tuple[DatasetSchema, int]:
     names = cfg.get("names")
-    if isinstance(names, list):
+    if isinstance(names, list) and names:
         class_names = tuple(str(n) for n in names)
-    elif isinstance(names, dict):
-        keys = sorted(int(k) for k in names)
-        if keys != list(range(len(keys))):
-            raise DataFormatError(f"{where}: 'names' keys must be 0..{len(keys) - 1}, got {keys}")
-        class_names = tuple(str(names[k]) for k in keys)
+    elif isinstance(names, dict) and names:
+        # Integer keys, or quoted digits ('0': cat) as some writers emit.
+        if not all(_is_int(k) or (isinstance(k, str) and k.isdecimal()) for k in names):
+            raise DataFormatError(
+                f"{where}: 'names' keys must be class indices 0..{len(names) - 1}, got "
+                f"{list(names)!r:.60}"
+            )
+        by_index = {int(k): v for k, v in names.items()}
+        keys = sorted(by_index)
+        if len(by_index) != len(names) or keys != list(range(len(keys))):
+            raise DataFormatError(f"{where}: 'names' keys must be 0..{len(names) - 1}, got {keys}")
+        class_names = tuple(str(by_index[k]) for k in keys)
     else:
         raise DataFormatError(
-            f"{where}: 'names' must be a list or a mapping of class index to name"
+            f"{where}: 'names' must be a non-empty list or mapping of class index to name, got "
+            f"{names!r:.40}"
         )
-    if cfg.get("nc") is not None and int(cfg["nc"]) != len(class_names):
+    nc = cfg.get("nc")
+    if nc is not None and (not _is_int(nc) or nc != len(class_names)):
         raise DataFormatError(
-            f"{where}: 'nc' is {cfg['nc']} but 'names' lists {len(class_names)} classes"
+            f"{where}: 'nc' is {nc!r:.40} but 'names' lists {len(class_names)} classes; "
+            "set nc to that count or drop it"
         )
     ids = tuple(range(len(class_names)))
     if task != "pose":
         return DatasetSchema(task, class_names, ids), 0
     shape = cfg.get("kpt_shape")
     if not (
-        isinstance(shape, list) and len(shape) == 2 and shape[1] in (2, 3) and int(shape[0]) > 0
+        isinstance(shape, list)
+        and len(shape) == 2
+        and all(_is_int(v) for v in shape)
+        and shape[1] in (2, 3)
+        and 0 < shape[0] <= MAX_KEYPOINTS
     ):
         raise DataFormatError(
-            f"{where}: task 'pose' needs 'kpt_shape: [K, 2]' or '[K, 3]', got {shape!r}"
+            f"{where}: task 'pose' needs 'kpt_shape: [K, 2]' or '[K, 3]' with 1 <= K <= "
+            f"{MAX_KEYPOINTS}, got {shape!r:.40}"
         )
     k, dims = int(shape[0]), int(shape[1])
     flip = cfg.get("flip_idx")
-    flip_index = tuple(int(v) for v in flip) if isinstance(flip, list) else tuple(range(k))
-    if len(flip_index) != k:
+    if flip is not None and not (isinstance(flip, list) and all(_is_int(v) for v in flip)):
         raise DataFormatError(
-            f"{where}: 'flip_idx' has {len(flip_index)} entries for {k} keypoints"
+            f"{where}: 'flip_idx' must be a list of keypoint indices, got {flip!r:.40}"
+        )
+    flip_index = tuple(flip) if flip is not None else tuple(range(k))
+    if sorted(flip_index) != list(range(k)):
+        raise DataFormatError(
+            f"{where}: 'flip_idx' must order the {k} keypoints 0..{k - 1} once each, got "
+            f"{list(flip_index)!r:.60}"
         )
     kpt_names = tuple(f"kpt_{i}" for i in range(k))
     return DatasetSchema(task, class_names, ids, kpt_names, flip_index), dims
@@ -96,13 +126,17 @@ def _split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]
     entries = entry if isinstance(entry, list) else [entry]
     images: list[Path] = []
     for e in entries:
-        p = Path(str(e))
+        if not isinstance(e, str) or not e.strip() or "\0" in e:
+            raise DataFormatError(
+                f"{where}: '{split}' must name a folder or a .txt image list, got {e!r:.40}"
+            )
+        p = Path(e)
         p = p if p.is_absolute() else root / p
         if p.is_dir():
             images += sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
         elif p.suffix == ".txt" and p.is_file():
-            for line in p.read_text().splitlines():
-                if line.strip():
+            for line in read_text(p).splitlines():
+                if line.strip() and "\0" not in line:
                     q = Path(line.strip())
                     images.append(q if q.is_absolute() else root / q)
         else:
@@ -127,7 +161,12 @@ def read_yolo(
     """
     data_yaml = Path(data_yaml)
     cfg = read_data_yaml(data_yaml)
-    base = Path(str(cfg.get("path") or "."))
+    base_name = cfg.get("path") or "."
+    if not isinstance(base_name, str) or "\0" in base_name:
+        raise DataFormatError(
+            f"{data_yaml}: 'path' must be the dataset folder, got {base_name!r:.40}"
+        )
+    base = Path(base_name)
     root = base if base.is_absolute() else (data_yaml.parent / base)
     schema, dims = _schema(cfg, task, data_yaml)
     report = LoadReport(f"{data_yaml} [{split}]")
@@ -155,7 +194,7 @@ def read_yolo(
                 continue
             text = ""
         else:
-            text = lbl.read_text()
+            text = read_text(lbl)
         width, height = size
         targets = parse_label_text(text, schema, dims, width, height, str(lbl))
         records.append(ImageRecord(len(records), image, height, width, targets))
@@ -178,6 +217,10 @@ def parse_label_text(
             values = [float(v) for v in line.split()]
         except ValueError as exc:
             raise DataFormatError(f"{at}: non-numeric value in {line.strip()!r}") from exc
+        if not all(math.isfinite(v) for v in values):
+            raise DataFormatError(
+                f"{at}: non-finite value (nan or inf) in {line.strip()!r}; write a number"
+            )
         cls, coords = values[0], np.asarray(values[1:], np.float64)
         if cls != int(cls) or not 0 <= cls < schema.num_classes:
             raise DataFormatError(

@@ -1,0 +1,46 @@
+"""Checks every reader applies to what it reads, so bad input stops as a `DataFormatError`.
+
+* Text files (label files, ``data.yaml``, image lists) are read as UTF-8: a file that is not is
+  refused with the line of its first bad byte, so the user can find it in an editor, and one that
+  cannot be read at all with the operating system's reason.
+* Coordinates must be finite and stay finite as float32, the dtype `Targets` stores: NaN, inf or
+  ``1e300`` in a label is refused where it is read, naming the file and line, rather than failing
+  later inside `Targets` without either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from lucid_train.data.records import DataFormatError
+
+__all__ = ["float32_finite", "read_text"]
+
+
+def read_text(path: Path) -> str:
+    """The text of ``path`` (UTF-8; a leading byte-order mark is dropped).
+
+    Raises:
+        DataFormatError: the file cannot be read or is not UTF-8 (naming the line).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataFormatError(f"{path}: cannot read the file ({exc.strerror or exc})") from exc
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DataFormatError(
+            f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}); "
+            "re-save the file as UTF-8"
+        ) from exc
+
+
+def float32_finite(values: npt.NDArray[np.float64]) -> bool:
+    """True when every value is finite and stays finite as float32 (what `Targets` stores)."""
+    with np.errstate(over="ignore"):
+        return bool(np.isfinite(values.astype(np.float32)).all())
