@@ -244,10 +244,14 @@ class YOLOModule(L.LightningModule):
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Training batches gain their padded targets here, on the host, so laying them out
         reads no device value. They travel as a plain dict of fields (Lightning moves every
-        tensor in it), so subclasses such as `SegmentTargets` arrive whole."""
+        tensor in it), so subclasses such as `SegmentTargets` arrive whole. On CUDA they are
+        pinned, as the loader pins the batch: a copy from pageable memory may wait for the GPU."""
         if self.trainer.training and isinstance(batch, Batch):
             targets = self.prepare_targets(batch)
+            pin = self.trainer.strategy.root_device.type == "cuda"
             fields = {f.name: getattr(targets, f.name) for f in dataclasses.fields(targets)}
+            if pin:
+                fields = {k: _pinned(v) for k, v in fields.items()}
             return batch, {"type": type(targets), "fields": fields}
         return batch
 
@@ -503,6 +507,10 @@ class YOLOModule(L.LightningModule):
         ``[0, 1]``; ``lucid predict`` (`lucid_train.predict`) adds the source-pixel mapping."""
         images = batch if isinstance(batch, Tensor) else batch.float_images()
         return topk_decode(self.forward_network(images), max_det=self.hparams["max_det"])
+
+
+def _pinned(value: Any) -> Any:
+    return value.pin_memory() if isinstance(value, Tensor) and not value.is_pinned() else value
 
 
 def _grad_scaler(trainer: L.Trainer) -> Any:
