@@ -66,6 +66,7 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "rule7-failed-capture-cleanup": lambda mp: mp.setattr(recording, "_captured", _bare_capture),
     "rule8-lifecycle": _lifecycle,
     "rule9-gradient-layout": lambda mp: mp.setattr(recording, "_gradient_buffer", _output_layout),
+    "accumulator-stream": lambda mp: mp.setattr(Recorder, "_accumulator_stream", lambda s: None),
 }
 
 

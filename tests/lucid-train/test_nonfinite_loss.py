@@ -12,7 +12,12 @@ import torch
 
 from lucid_train.data import LucidDataModule
 from lucid_train.module import DetectModule
-from lucid_train.nonfinite import NonFiniteLossError, check_finite_loss
+from lucid_train.nonfinite import (
+    MAX_LAG,
+    FiniteLossGuard,
+    NonFiniteLossError,
+    check_finite_loss,
+)
 from lucid_train.runs import build_trainer
 
 
@@ -76,3 +81,88 @@ def test_injected_nan_stops_the_run_with_step_and_term_and_writes_no_checkpoint(
     state = module.state_dict()
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
     assert any(not torch.equal(before[k], state[k]) for k in before)
+
+
+# -- the GPU's path (staged verdicts, a gated step), run on the CPU ---------------------------
+
+
+def test_staged_check_raises_for_the_bad_batch_within_the_lag() -> None:
+    guard = FiniteLossGuard(lagged=True)
+    names = ("box", "cls")
+    nan_cls = torch.tensor([1.0, float("inf")])
+    for step in range(1 + MAX_LAG):  # the bad batch and the ones read before its verdict
+        items = nan_cls if step == 1 else torch.ones(2)
+        guard.observe(step, items.sum(), items, names)
+    with pytest.raises(NonFiniteLossError) as err:
+        guard.observe(1 + MAX_LAG, torch.tensor(2.0), torch.ones(2), names)
+    assert err.value.step == 1 and err.value.terms == ("cls",)
+
+
+def test_staged_check_is_read_whole_by_a_flush() -> None:
+    guard = FiniteLossGuard(lagged=True)
+    guard.observe(4, torch.tensor(float("nan")), torch.ones(1), ("box",))
+    with pytest.raises(NonFiniteLossError, match="global step 4: total"):
+        guard.flush()
+
+
+def test_staged_flag_is_sticky_and_gates_every_later_step() -> None:
+    guard = FiniteLossGuard(lagged=True)
+    guard.flag = torch.zeros((), dtype=torch.bool)
+    guard.flag.fill_(True)  # a bad batch whose staged values were already read
+    with pytest.raises(RuntimeError, match="flagged"):
+        guard.gate_step()
+    guard.reset()
+    guard.gate_step()  # a new fit starts clean
+
+
+def test_flagged_gradient_makes_the_grad_scaler_skip_the_step() -> None:
+    weight = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+    guard = FiniteLossGuard(lagged=True)
+    for bad, moved in ((False, True), (True, False)):
+        before = weight.detach().clone()
+        total = (weight * 2).sum()
+        guard.flag = torch.tensor(bad)
+        scaler.scale(total).backward()
+        assert weight.grad is not None
+        guard.gate_gradient(weight.grad)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        assert (not torch.equal(before, weight.detach())) is moved
+    assert scaler.get_scale() == 2.0  # backed off once, as for an overflow
+
+
+def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_checkpoint(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    L.seed_everything(0)
+    dm = LucidDataModule(
+        "detect", small_synthetic("detect"), img_size=64, batch_size=4, num_workers=0
+    )
+    dm.setup("fit")
+    module = _PoisonAt("yolo26n", num_classes=dm.schema.num_classes, accumulate=1)
+    module.finite_guard.lagged = True
+    seen: list[dict[str, torch.Tensor]] = []
+
+    class _Weights(L.Callback):
+        def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
+            seen.append({k: p.detach().clone() for k, p in pl_module.named_parameters()})
+
+    trainer = build_trainer(
+        tmp_path,
+        max_epochs=2,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=1,
+        callbacks=[_Weights()],
+    )
+    with pytest.raises(NonFiniteLossError, match="global step 2") as err:
+        trainer.fit(module, datamodule=dm)
+    assert err.value.terms[0].startswith("o2o_")
+    assert not list(tmp_path.rglob("*.ckpt"))
+    # the weights are those the bad batch started from: its step never ran (the forward's
+    # BatchNorm statistics did move, as with the per-batch read: assumptions T64)
+    changed = [k for k, p in module.named_parameters() if not torch.equal(seen[2][k], p)]
+    assert not changed, changed[:5]

@@ -95,3 +95,19 @@ def test_mismatched_state_is_refused() -> None:
     ema = ModelEMA(_net())
     with pytest.raises(KeyError):
         ema.update(nn.Linear(2, 2))
+
+
+def test_multi_tensor_update_equals_the_per_tensor_update_bitwise() -> None:
+    net = _net()
+    ema = ModelEMA(net, decay=0.9, tau=3.0)
+    reference = {k: v.clone() for k, v in ema.shadow.items()}
+    for step in (1, 2, 3):
+        _perturb(net, step)
+        ema.update(net)
+        weight = 1 - ema.decay_at(step)
+        for name, value in net.state_dict().items():
+            if value.is_floating_point():
+                reference[name] = torch.lerp(reference[name], value, weight)
+            else:
+                reference[name] = value.clone()
+    assert all(torch.equal(ema.shadow[k], v) for k, v in reference.items())

@@ -92,3 +92,14 @@ def test_nominal_batch_arithmetic() -> None:
     assert scaled_weight_decay(5e-4, 24, 3) == 5e-4 * 72 / 64
     with pytest.raises(ValueError):
         nominal_accumulation(0)
+
+
+@pytest.mark.parametrize("name", ["AdamW", "SGD"])
+def test_torch_optimizers_say_their_implementation_per_device(name: str) -> None:
+    from lucid_train.recipe import OptimizerChoice, OptimizerConfig, build_optimizer
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    choice = OptimizerChoice(name, 0.01, 0.9)  # type: ignore[arg-type]
+    opt = build_optimizer(net, OptimizerConfig(), choice, batch_size=16, accumulate=4)
+    # the CPU keeps torch's per-tensor loop (the goldens' arithmetic); CUDA runs foreach (T66)
+    assert opt.defaults["foreach"] is False and not opt.defaults.get("fused")

@@ -14,9 +14,10 @@ buffers, so an output kept past the next forward must be cloned by whoever keeps
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,31 @@ from lucid_capture.replay import Replay, ReplayCall
 from lucid_capture.signature import CallSignature, parameter_identity, unsupported
 from lucid_capture.stats import CaptureStats, CaptureWarning
 from lucid_capture.tree import Rebuild, describe, flatten, unflatten
+
+
+@contextlib.contextmanager
+def on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
+    """Run the body on ``stream``, ordered after the caller's stream's work so far, with the
+    caller's stream ordered after it on exit; ``None`` runs it where it is."""
+    if stream is None:
+        yield
+        return
+    caller = torch.cuda.current_stream(stream.device)
+    stream.wait_stream(caller)
+    try:
+        with torch.cuda.stream(stream):
+            yield
+    finally:
+        caller.wait_stream(stream)
+
+
+def _used_by_caller(out: Any, stream: torch.cuda.Stream) -> None:
+    """An eager call's outputs were allocated on ``stream`` and are read on the caller's: tell the
+    allocator, so a block the caller frees is not handed to ``stream`` while still in use."""
+    caller = torch.cuda.current_stream(stream.device)
+    for t in flatten(out)[0]:
+        if t.is_cuda:
+            t.record_stream(caller)
 
 
 class _Hold:
@@ -94,10 +120,15 @@ class Recorder:
         leaves, rebuild = flatten(args)
         flat = (Structure(describe(args)), *leaves)
         reason = self._route(flat, args, rebuild)
-        if reason is not None:
+        stream = self._accumulator_stream()
+        with on_stream(stream):
+            if reason is None:
+                return self._replay(flat)  # outputs are the recording's buffers: never freed
             self.stats.count_eager(reason, self._detail(reason, flat))
-            return self.fn(*args)
-        return self._replay(flat)
+            out = self.fn(*args)
+        if stream is not None:
+            _used_by_caller(out, stream)
+        return out
 
     @property
     def recorded(self) -> bool:
@@ -170,6 +201,18 @@ class Recorder:
         if self.stats.recordings >= self.max_recordings:
             return Reason.RECORDING_LIMIT
         return self._record(args, params, rebuild)
+
+    def _accumulator_stream(self) -> torch.cuda.Stream | None:
+        """The stream this recorder's calls run on: its capture stream while a recording is alive.
+
+        Capture makes the parameters' AccumulateGrad nodes on the capture stream, and the
+        recording's retained autograd graph keeps them alive for the fit. A node that hands those
+        accumulators a gradient from another stream makes autograd warn ("The AccumulateGrad
+        node's stream does not match...") and pay an event, a stream wait and a ``record_stream``
+        per parameter per backward. Running every later call (replay or eager) on the capture
+        stream too puts the producer of the parameters' gradients on their accumulators' stream;
+        the caller's stream is joined before and after (docs/capture.md, "Streams")."""
+        return self._stream if self._recording is not None else None
 
     def _early_mismatch(self, args: Sequence[Any]) -> Reason | None:
         """A subclass's own check, ahead of the signature (e.g. target capacity)."""

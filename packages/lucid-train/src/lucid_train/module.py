@@ -49,7 +49,7 @@ from lucid_train.losses.obb import OrientedLoss
 from lucid_train.losses.pose import PoseLoss
 from lucid_train.losses.segment import SegmentLoss, with_instance_masks
 from lucid_train.model_spec import model_name, parse_model
-from lucid_train.nonfinite import check_finite_loss
+from lucid_train.nonfinite import FiniteLossGuard
 from lucid_train.optim import AccumulationPlan, resolve_accumulation
 from lucid_train.overlays import detections_to_numpy
 from lucid_train.recipe import OptimizerConfig, build_optimizer, build_schedule, choose_optimizer
@@ -178,6 +178,9 @@ class YOLOModule(L.LightningModule):
         self.overlay_samples: list[OverlaySample] = []
         self.last_metrics: dict[str, float] = {}
         self.accumulation: AccumulationPlan | None = None  # set by configure_optimizers
+        # the non-finite check: a host read per batch on the CPU, staged and gated on a GPU
+        self.finite_guard = FiniteLossGuard()
+        self.channels_last = False  # set for a fit on CUDA (DESIGN §6), see `setup`
         self._pending_gradients: dict[str, Tensor] | None = None  # from a resumed checkpoint
         # Disabled until a fit's CaptureCallback turns them on (outside a fit: plain eager).
         self.network_recorder = NetworkRecorder(self.model, name="network", enabled=False)
@@ -241,10 +244,14 @@ class YOLOModule(L.LightningModule):
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Training batches gain their padded targets here, on the host, so laying them out
         reads no device value. They travel as a plain dict of fields (Lightning moves every
-        tensor in it), so subclasses such as `SegmentTargets` arrive whole."""
+        tensor in it), so subclasses such as `SegmentTargets` arrive whole. On CUDA they are
+        pinned, as the loader pins the batch: a copy from pageable memory may wait for the GPU."""
         if self.trainer.training and isinstance(batch, Batch):
             targets = self.prepare_targets(batch)
+            pin = self.trainer.strategy.root_device.type == "cuda"
             fields = {f.name: getattr(targets, f.name) for f in dataclasses.fields(targets)}
+            if pin:
+                fields = {k: _pinned(v) for k, v in fields.items()}
             return batch, {"type": type(targets), "fields": fields}
         return batch
 
@@ -262,7 +269,10 @@ class YOLOModule(L.LightningModule):
 
     def forward_network(self, images: Tensor) -> ModelOutput:
         """``(B, 3, S, S)`` -> `ModelOutput`; the one place the network runs, through its
-        recorder (which runs the model eagerly when capture is off or the call does not match)."""
+        recorder (which runs the model eagerly when capture is off or the call does not match).
+        Images take the model's memory layout (channels-last after a fit's `setup` on CUDA)."""
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
         out: ModelOutput = self.network_recorder(images)
         return out
 
@@ -285,6 +295,22 @@ class YOLOModule(L.LightningModule):
 
     # -- training ----------------------------------------------------------------------------
 
+    def setup(self, stage: str) -> None:
+        # Before the move to the device and before callbacks copy the weights (EMA), so every
+        # copy and the optimizer state share the layout: foreach updates stay on the fast path.
+        if stage == "fit" and self.trainer.strategy.root_device.type == "cuda":
+            self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            self.channels_last = True
+
+    def on_train_start(self) -> None:
+        self.finite_guard.reset()
+        # Not in on_load_checkpoint: the Trainer zeroes every gradient after restoring modules.
+        pending, self._pending_gradients = self._pending_gradients, None
+        if pending:
+            params = dict(self.named_parameters())
+            for name, grad in pending.items():
+                params[name].grad = grad.to(params[name].device).clone()
+
     def on_train_epoch_start(self) -> None:
         epochs = self.trainer.max_epochs or 1
         self.o2m_weight.fill_(o2m_weight(self.current_epoch, epochs))
@@ -295,13 +321,13 @@ class YOLOModule(L.LightningModule):
         images = data.render().float_images()  # device rendering paints here (else a no-op)
         output = self.forward_network(images)
         terms = self.compute_loss(output, targets, (int(images.shape[-2]), int(images.shape[-1])))
-        check_finite_loss(self.global_step, terms.total, terms.items, terms.names)
+        self.finite_guard.observe(self.global_step, terms.total, terms.items, terms.names)
         bs = len(data)
-        # A replay's items live in the recording's buffers: log a copy.
+        # A replay's items live in the recording's buffers: log a copy. Not prog_bar: Lightning
+        # turns progress-bar values into numbers every batch, a wait for the GPU each time; the
+        # run's bar shows them every LOG_INTERVAL batches instead (`runs.IntervalProgressBar`).
         for name, value in zip(terms.names, terms.items.detach().clone().unbind(0), strict=True):
-            self.log(
-                f"train/{name}", value, prog_bar=True, on_step=True, on_epoch=True, batch_size=bs
-            )
+            self.log(f"train/{name}", value, on_step=True, on_epoch=True, batch_size=bs)
         self.log("train/loss", terms.total.detach(), on_step=False, on_epoch=True, batch_size=bs)
         total: Tensor = terms.total
         return total
@@ -393,7 +419,24 @@ class YOLOModule(L.LightningModule):
         plan = self.accumulation
         return plan is not None and not plan.starts_window(self.trainer.global_step)
 
+    def on_after_backward(self) -> None:
+        if _grad_scaler(self.trainer) is not None:
+            grad = next((p.grad for p in self.parameters() if p.grad is not None), None)
+            if grad is not None:
+                self.finite_guard.gate_gradient(grad)  # the scaler skips the step on device
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        if _grad_scaler(self.trainer) is None:
+            self.finite_guard.gate_step()  # on a GPU: one host read per optimizer step
+
+    def on_train_epoch_end(self) -> None:
+        self.finite_guard.flush()
+
+    def on_train_end(self) -> None:
+        self.finite_guard.flush()
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.finite_guard.flush()  # no checkpoint from a step whose verdict is still staged
         # A window may span an epoch end (as the authors'): its gradients so far travel along.
         if self._window_open():
             checkpoint[PENDING_GRADIENTS_KEY] = {
@@ -404,14 +447,6 @@ class YOLOModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._pending_gradients = checkpoint.get(PENDING_GRADIENTS_KEY)
-
-    def on_train_start(self) -> None:
-        # Not in on_load_checkpoint: the Trainer zeroes every gradient after restoring modules.
-        pending, self._pending_gradients = self._pending_gradients, None
-        if pending:
-            params = dict(self.named_parameters())
-            for name, grad in pending.items():
-                params[name].grad = grad.to(params[name].device).clone()
 
     # -- validation and test -----------------------------------------------------------------
 
@@ -472,6 +507,15 @@ class YOLOModule(L.LightningModule):
         ``[0, 1]``; ``lucid predict`` (`lucid_train.predict`) adds the source-pixel mapping."""
         images = batch if isinstance(batch, Tensor) else batch.float_images()
         return topk_decode(self.forward_network(images), max_det=self.hparams["max_det"])
+
+
+def _pinned(value: Any) -> Any:
+    return value.pin_memory() if isinstance(value, Tensor) and not value.is_pinned() else value
+
+
+def _grad_scaler(trainer: L.Trainer) -> Any:
+    """The GradScaler of a 16-mixed fit, else None."""
+    return getattr(trainer.precision_plugin, "scaler", None)
 
 
 def _padded_rows(args: Sequence[Any]) -> int:

@@ -103,9 +103,19 @@ def build_optimizer(
     )
     if muon:
         return MuSGD(groups, lr=lr, momentum=choice.momentum, nesterov=True)
+    # Multi-tensor (foreach) updates on CUDA, the per-tensor loop on the CPU, both said here
+    # rather than left to torch's defaults; not fused: Lightning refuses gradient clipping with
+    # an optimizer that unscales inside its step, and the recipe clips (assumptions.md T66).
+    foreach = _on_cuda(model)
     if choice.name == "AdamW":
-        return torch.optim.AdamW(groups, lr=lr, betas=(choice.momentum, 0.999), weight_decay=0.0)
-    return torch.optim.SGD(groups, lr=lr, momentum=choice.momentum, nesterov=True)
+        return torch.optim.AdamW(
+            groups, lr=lr, betas=(choice.momentum, 0.999), weight_decay=0.0, foreach=foreach
+        )
+    return torch.optim.SGD(groups, lr=lr, momentum=choice.momentum, nesterov=True, foreach=foreach)
+
+
+def _on_cuda(model: nn.Module) -> bool:
+    return all(p.is_cuda for p in model.parameters())
 
 
 def build_schedule(

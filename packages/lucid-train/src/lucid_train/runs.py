@@ -22,14 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, Logger
 
 from lucid_train.data.records import Task
 
 __all__ = [
+    "LOG_INTERVAL",
     "MONITOR",
     "EpochThroughput",
+    "IntervalProgressBar",
     "RunArtifacts",
     "build_trainer",
     "new_run_dir",
@@ -38,6 +40,9 @@ __all__ = [
 
 MONITOR = "val/mAP50-95"
 GRADIENT_CLIP = 10.0
+# Batches between reads of the logged step values (the logger's rows, the progress bar's
+# figures): each read waits for the GPU, so not every batch (assumptions.md T65).
+LOG_INTERVAL = 10
 
 
 def new_run_dir(root: str | Path, task: Task, name: str, *, exist_ok: bool = False) -> Path:
@@ -156,6 +161,18 @@ def build_loggers(run_dir: Path) -> list[Logger]:
     return loggers
 
 
+class IntervalProgressBar(TQDMProgressBar):
+    """The progress bar, refreshed every ``refresh_rate`` batches, with the latest logged
+    training terms (``train/<term>_step``) read only when it refreshes."""
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        shown: dict[str, Any] = dict(super().get_metrics(trainer, pl_module))
+        for key, value in trainer.callback_metrics.items():
+            if key.startswith("train/") and key.endswith("_step"):
+                shown[key.removeprefix("train/").removesuffix("_step")] = float(value)
+        return shown
+
+
 def build_trainer(
     run_dir: Path | None,
     *,
@@ -206,11 +223,14 @@ def build_trainer(
         cbs.append(RunArtifacts(run_dir))
         cbs.append(EpochThroughput())
     cbs.extend(callbacks)
+    wants_bar = trainer_kwargs.get("enable_progress_bar", True) is not False
+    if wants_bar and not any(isinstance(cb, ProgressBar) for cb in cbs):
+        cbs.append(IntervalProgressBar(refresh_rate=LOG_INTERVAL))
     kwargs: dict[str, Any] = {
         "gradient_clip_val": GRADIENT_CLIP,
         "use_distributed_sampler": False,
         "num_sanity_val_steps": 0,
-        "log_every_n_steps": 1,
+        "log_every_n_steps": LOG_INTERVAL,
     }
     kwargs.update(trainer_kwargs)
     if run_dir is None:

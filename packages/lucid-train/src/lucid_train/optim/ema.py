@@ -99,8 +99,8 @@ class ModelEMA:
         with torch.no_grad():
             if ema_floats:
                 torch._foreach_lerp_(ema_floats, live_floats, weight)
-            for ema, live in zip(ema_others, live_others, strict=True):
-                ema.copy_(live)
+            if ema_others:
+                torch._foreach_copy_(ema_others, live_others)  # one launch, not one per buffer
 
     def copy_to(self, model: nn.Module) -> None:
         """Write the average into ``model`` (in place; its tensors stay the same objects)."""

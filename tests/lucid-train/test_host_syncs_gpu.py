@@ -1,0 +1,101 @@
+"""On CUDA a steady training batch makes the host wait for the GPU only where it is named here.
+
+torch's sync debug mode warns at every operation that synchronizes with the GPU (a host read, a
+blocking copy); the warning points at the Python line that asked. From the fourth batch to the
+epoch's end (data fetch, transfer, step, logging), every such warning must come from an allowed
+place: GradScaler's own read of its non-finite flag before a non-fused step (16-mixed), or the
+non-finite guard's gate without a GradScaler (32-true), once per optimizer step each
+(assumptions T64, T66). Captured and eager. The CPU twin is ``test_host_reads.py``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+from lucid_train.data import LucidDataModule
+from lucid_train.module import DetectModule
+from lucid_train.runs import build_trainer
+
+pytestmark = pytest.mark.gpu
+
+ALLOWED = {"16-mixed": "grad_scaler.py", "32-true": "nonfinite.py"}
+
+
+class _SyncWindow(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[warnings.WarningMessage] = []
+        self.steps = 0
+        self._catcher: Any = None
+
+    def _open(self) -> None:
+        if self._catcher is None:
+            self._catcher = warnings.catch_warnings(record=True)
+            self.seen = self._catcher.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+
+    def close(self) -> None:
+        if self._catcher is not None:
+            torch.cuda.set_sync_debug_mode("default")
+            self._catcher.__exit__(None, None, None)
+            self._catcher = None
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step >= 3:
+            self._open()
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, *args: Any) -> None:
+        if self._catcher is not None:
+            self.steps += 1
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.close()
+
+
+@pytest.mark.parametrize("capture", ["on", "off"])
+@pytest.mark.parametrize("precision", ["16-mixed", "32-true"])
+def test_steady_batches_sync_only_where_named(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, capture: str, precision: str
+) -> None:
+    L.seed_everything(0)
+    dm = LucidDataModule(
+        "detect", small_synthetic("detect"), img_size=64, batch_size=2, num_workers=1
+    )
+    dm.setup("fit")
+    module = DetectModule(
+        "yolo26n", num_classes=dm.schema.num_classes, capture=capture, accumulate=1
+    )
+    window = _SyncWindow()
+    trainer = build_trainer(
+        None,
+        callbacks=[window],
+        accelerator="cuda",
+        devices=1,
+        precision=precision,
+        max_epochs=1,
+        limit_val_batches=0,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    try:
+        trainer.fit(module, datamodule=dm)
+    finally:
+        window.close()
+    syncs = [w for w in window.seen if "synchroniz" in str(w.message)]
+    places = [f"{Path(w.filename).name}:{w.lineno}" for w in syncs]
+    assert window.steps >= 2
+    assert all(ALLOWED[precision] in p for p in places), places
+    assert len(syncs) <= window.steps, places
+    if capture == "on":
+        assert module.network_recorder.stats.replays >= window.steps
+    # channels-last on CUDA (DESIGN §6): every 4-D weight
+    kernels = [p for p in module.model.parameters() if p.ndim == 4]
+    assert module.channels_last and kernels
+    assert all(p.is_contiguous(memory_format=torch.channels_last) for p in kernels)
