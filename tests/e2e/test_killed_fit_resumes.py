@@ -73,7 +73,7 @@ def _start(run: Run, args: list[str]) -> subprocess.Popen[str]:
     )
 
 
-def _finish(run: Run, proc: subprocess.Popen[str], timeout: float = 300) -> Run:
+def _finish(run: Run, proc: subprocess.Popen[str], timeout: float = 600) -> Run:
     _, run.stderr = proc.communicate(timeout=timeout)
     run.returncode = proc.returncode
     return run
@@ -87,7 +87,7 @@ def _stop_in_epoch(run: Run, proc: subprocess.Popen[str], epoch: int, sig: int) 
     """Send ``sig`` once three batches of ``epoch`` were read (mid-epoch, after its start's
     last.ckpt), and wait for the process to end."""
     needed = 3 * 4
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         seen = sum(line.startswith(f"{epoch} ") for line in _read_lines(run.order_log))
         if seen >= needed or proc.poll() is not None:
