@@ -121,7 +121,7 @@ def test_pose_flow_is_trained_and_checkpointed(
     trainer.fit(module, datamodule=dm)
     trained = {id(p) for g in trainer.optimizers[0].param_groups for p in g["params"]}
     assert all(id(p) in trained for p in module.flow.parameters())  # type: ignore[union-attr]
-    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     moved = [k for k, v in flow_before.items() if not torch.equal(v, ckpt["state_dict"][k])]
     assert moved
 

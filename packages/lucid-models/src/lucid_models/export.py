@@ -4,6 +4,8 @@ The exported graph is the deploy view plus :func:`lucid_models.decode.topk_decod
 input shape: a TopK node, no NonMaxSuppression. It uses the TorchScript-based exporter
 (``dynamo=False``) at opset :data:`ONNX_OPSET`, which needs neither ``onnx`` nor ``onnxscript`` to
 write the file; checking the file with ``onnxruntime`` is the caller's (and the tests') business.
+The file is written beside its target under a temporary name and renamed over it when whole, so a
+failed or interrupted export never leaves a truncated ``.onnx``.
 
 Outputs, in order (``k = max_det``):
 
@@ -22,6 +24,8 @@ name                 shape                   meaning
 
 from __future__ import annotations
 
+import os
+import secrets
 from pathlib import Path
 
 import torch
@@ -102,13 +106,21 @@ def export_onnx(
     graph = EndToEndGraph(view, max_det).eval()
     param = next(view.parameters())
     images = torch.zeros(batch_size, 3, *image_size, device=param.device, dtype=param.dtype)
-    torch.onnx.export(
-        graph,
-        (images,),
-        str(path),
-        input_names=["images"],
-        output_names=graph.output_names,
-        opset_version=opset,
-        dynamo=False,
-    )
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp{target.suffix}")
+    try:
+        torch.onnx.export(
+            graph,
+            (images,),
+            str(tmp),
+            input_names=["images"],
+            output_names=graph.output_names,
+            opset_version=opset,
+            dynamo=False,
+        )
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return graph.output_names

@@ -3,10 +3,17 @@
 A checkpoint's ``hyper_parameters`` hold everything needed to rebuild the module (task, model
 name, classes, keypoints; `lucid_train.module.YOLOModule`). Asking for another task than the one
 a checkpoint was trained for is refused before anything is built.
+
+Every read goes through `load_checkpoint_file`: ``torch.load(weights_only=True)``, which rebuilds
+only tensors and plain values (dicts, lists, tuples, strings, numbers), the whole content of a
+lucid checkpoint, hyper-parameters included (assumptions.md T67). A file that asks the unpickler
+for anything else (a function to call, a class to build) is refused before any of it runs; a
+truncated or corrupt file is named, with the last good checkpoint beside it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,20 +24,87 @@ from lucid_train.data.records import Task
 from lucid_train.model_spec import SUFFIXES
 
 __all__ = [
+    "CheckpointError",
     "CheckpointInfo",
     "CheckpointTaskError",
     "NotALucidCheckpointError",
+    "load_checkpoint_file",
     "load_module",
     "read_checkpoint_info",
 ]
 
 
-class CheckpointTaskError(ValueError):
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unsafe, truncated, corrupt or not lucid's. The message
+    is one line naming the file and what to do."""
+
+
+class CheckpointTaskError(CheckpointError):
     """A checkpoint of one task was asked to serve another."""
 
 
-class NotALucidCheckpointError(ValueError):
+class NotALucidCheckpointError(CheckpointError):
     """A file loads as a checkpoint but was not written by ``lucid fit`` (no task or model)."""
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _last_good_checkpoint(bad: Path) -> str:
+    """``"the last good checkpoint there is X (epoch N)"``: the newest other ``.ckpt`` in the
+    folder that reads cleanly, or the advice to start again."""
+    others = sorted(
+        (p for p in bad.parent.glob("*.ckpt") if p.is_file() and p.resolve() != bad.resolve()),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for other in others:
+        try:
+            ckpt = _torch_load(other, "cpu")
+        except Exception:  # another bad file: look further
+            continue
+        epoch = ckpt.get("epoch") if isinstance(ckpt, dict) else None
+        return f"the last good checkpoint there is {other} (epoch {epoch})"
+    return "no other checkpoint in that folder reads; start the run again"
+
+
+def _torch_load(path: Path, map_location: Any) -> Any:
+    return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> Any:
+    """``torch.load`` a checkpoint without running code from it (``weights_only=True``);
+    ``map_location`` as `torch.load` takes it.
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: the file asks for objects beyond tensors and plain values (refused
+            before any is built), or it is truncated or corrupt (with the last good checkpoint
+            beside it, if any).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"checkpoint {p}: no such file")
+    try:
+        return _torch_load(p, map_location)
+    except Exception as err:
+        text = str(err)
+        found = sorted(set(re.findall(r"GLOBAL ([\w.]+)", text)))
+        # A weights-only refusal names what the file asked for; "Unsupported operand" and
+        # the like are bytes that are no pickle at all: damage, reported as such below.
+        if "Weights only load failed" in text and (found or "reduce" in text):
+            what = f" ({', '.join(found)})" if found else ""
+            raise CheckpointError(
+                f"checkpoint {p}: refused: it asks to build objects{what} beyond tensors and "
+                "plain values, which could run code; lucid checkpoints hold none, so it was "
+                "not written by `lucid fit` (or was altered); nothing from it was run"
+            ) from None
+        raise CheckpointError(
+            f"checkpoint {p} is truncated or corrupt ({_first_line(err)}); "
+            f"{_last_good_checkpoint(p)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -42,12 +116,15 @@ class CheckpointInfo:
         task: the task it was trained for.
         model: its model name (``yolo26n-seg``...).
         hyper_parameters: the module's stored arguments.
+        epoch: Lightning's ``epoch``: the epochs completed when it was written (the epoch a
+            resumed run starts at), None when absent.
     """
 
     path: Path
     task: Task
     model: str
     hyper_parameters: dict[str, Any]
+    epoch: int | None = None
 
 
 def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
@@ -55,20 +132,19 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
 
     Raises:
         FileNotFoundError: no such file.
-        NotALucidCheckpointError: the file is not a lucid checkpoint (no task/model in its
-            hyper-parameters).
+        CheckpointError: unsafe, truncated or corrupt (`load_checkpoint_file`).
+        NotALucidCheckpointError: not a lucid checkpoint (no task/model in its hyper-parameters).
     """
     p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"checkpoint {p}: no such file")
-    ckpt = torch.load(p, map_location="cpu", weights_only=False)
-    hp = dict(ckpt.get("hyper_parameters") or {})
+    ckpt = load_checkpoint_file(p)
+    hp = dict(ckpt.get("hyper_parameters") or {}) if isinstance(ckpt, dict) else {}
     if "task" not in hp or "model" not in hp:
         raise NotALucidCheckpointError(
             f"checkpoint {p}: not a lucid checkpoint (no task/model in its hyper_parameters); "
             "pass a last.ckpt or best.ckpt written by `lucid fit`"
         )
-    return CheckpointInfo(p, hp["task"], hp["model"], hp)
+    epoch = ckpt.get("epoch")
+    return CheckpointInfo(p, hp["task"], hp["model"], hp, int(epoch) if epoch is not None else None)
 
 
 def check_task(info: CheckpointInfo, requested: Task | None, requested_model: str | None) -> None:
@@ -111,7 +187,7 @@ def load_module(
 
     info = read_checkpoint_info(path)
     check_task(info, task, model)
-    ckpt = torch.load(info.path, map_location=map_location, weights_only=False)
+    ckpt = load_checkpoint_file(info.path, map_location)
     module = module_class(info.task)(**info.hyper_parameters)
     module.load_state_dict(ema_state_dict(ckpt) or ckpt["state_dict"])
     return module.to(map_location).eval()

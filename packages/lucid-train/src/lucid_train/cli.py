@@ -233,6 +233,7 @@ def _datamodule(
 
 def _fit(args: argparse.Namespace) -> int:
     import lightning as L
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lucid_train.checkpoint import check_task, read_checkpoint_info
     from lucid_train.model_spec import parse_model
@@ -242,6 +243,7 @@ def _fit(args: argparse.Namespace) -> int:
     spec = parse_model(args.model)
     img_size = args.img_size or DEFAULT_IMG_SIZE
     hparams: dict[str, Any] | None = None
+    resume_epoch: int | None = None
     if args.ckpt_path:
         info = read_checkpoint_info(args.ckpt_path)
         requested = spec.task if args.model != "yolo26n" else None
@@ -250,6 +252,7 @@ def _fit(args: argparse.Namespace) -> int:
         hparams = dict(info.hyper_parameters)
         img_size = int(hparams.get("img_size", img_size))
         run_dir = run_dir_of_checkpoint(args.ckpt_path)
+        resume_epoch = info.epoch
     else:
         run_dir = new_run_dir(args.run_root, spec.task, args.run_name)
     L.seed_everything(args.seed_everything, workers=True)
@@ -295,11 +298,15 @@ def _fit(args: argparse.Namespace) -> int:
         devices=_devices(args.devices),
         deterministic=args.deterministic,
         check_val_every_n_epoch=args.val_every,
+        resume_epoch=resume_epoch,
         **extra,
     )
     print(f"lucid fit: {spec.name} ({spec.task}) on {dm.root} -> {run_dir}")
     start = time.perf_counter()
-    trainer.fit(module, datamodule=dm, ckpt_path=args.ckpt_path)
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=args.ckpt_path)
+    except SIGTERMException:
+        return _stopped_by_sigterm(trainer, run_dir)
     wall = time.perf_counter() - start
     ckpt = trainer.checkpoint_callback
     best = getattr(ckpt, "best_model_score", None)
@@ -307,6 +314,18 @@ def _fit(args: argparse.Namespace) -> int:
     print(
         f"lucid fit: done in {wall:.0f} s; best val/mAP50-95 (e2e box) {best_text}; "
         f"checkpoints in {run_dir / 'checkpoints'}"
+    )
+    return 0
+
+
+def _stopped_by_sigterm(trainer: Any, run_dir: Path) -> int:
+    """SIGTERM (a scheduler's preemption, ``kill``): Lightning stopped after the batch in flight;
+    last.ckpt (written at this epoch's start) is the resume point. Exit status 0."""
+    last = (run_dir / "checkpoints" / "last.ckpt").resolve()
+    print(
+        f"lucid fit: stopped by SIGTERM in epoch {trainer.current_epoch}; resume with "
+        f"`lucid fit --ckpt_path {last}` and the same flags (that epoch runs again from its start)",
+        file=sys.stderr,
     )
     return 0
 
@@ -397,9 +416,9 @@ def _export(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; returns the exit status. Errors the user can fix (a checkpoint of
-    another task or not ours, an unknown layout, a split with no usable image, a missing file)
-    print one line, not a traceback, and exit with status 2."""
-    from lucid_train.checkpoint import CheckpointTaskError, NotALucidCheckpointError
+    another task, not ours, unsafe or damaged, an unknown layout, a split with no usable image, a
+    missing file) print one line, not a traceback, and exit with status 2."""
+    from lucid_train.checkpoint import CheckpointError
     from lucid_train.data import DataFormatError, LayoutError
     from lucid_train.nonfinite import NonFiniteLossError
 
@@ -414,8 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return verbs[args.verb](args)
     except (
-        CheckpointTaskError,
-        NotALucidCheckpointError,
+        CheckpointError,
         LayoutError,
         DataFormatError,
         FileNotFoundError,

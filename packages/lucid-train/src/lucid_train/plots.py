@@ -7,12 +7,14 @@ metrics were logged then). `read_epoch_series` folds it into one value per epoch
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from PIL import Image, ImageDraw
+
+from lucid_train.atomic_files import atomic_path
+from lucid_train.metrics_log import read_rows
 
 __all__ = ["plot_curves", "read_epoch_series", "write_run_plots"]
 
@@ -22,17 +24,17 @@ MARGIN = 34
 
 def read_epoch_series(csv_path: Path) -> dict[str, list[tuple[int, float]]]:
     """``{metric: [(epoch, value), ...]}`` from a CSVLogger ``metrics.csv`` (the last value
-    logged in each epoch; per-step columns ``*_step`` are left out)."""
+    logged in each epoch; per-step columns ``*_step`` are left out). An incomplete last line
+    (a run killed mid-append) is not read."""
     series: dict[str, dict[int, float]] = {}
-    with csv_path.open(newline="") as f:
-        for row in csv.DictReader(f):
-            if not row.get("epoch"):
+    for row in read_rows(csv_path)[1]:
+        if not row.get("epoch"):
+            continue
+        epoch = int(float(row["epoch"]))
+        for key, value in row.items():
+            if key in ("epoch", "step") or not value or key.endswith("_step"):
                 continue
-            epoch = int(float(row["epoch"]))
-            for key, value in row.items():
-                if key in ("epoch", "step") or not value or key.endswith("_step"):
-                    continue
-                series.setdefault(key.removesuffix("_epoch"), {})[epoch] = float(value)
+            series.setdefault(key.removesuffix("_epoch"), {})[epoch] = float(value)
     return {k: sorted(v.items()) for k, v in sorted(series.items())}
 
 
@@ -72,15 +74,15 @@ def _panel(name: str, points: Sequence[tuple[int, float]]) -> Image.Image:
 
 def plot_curves(series: dict[str, list[tuple[int, float]]], path: Path, columns: int = 3) -> Path:
     """Draw one panel per metric of ``series`` into the PNG ``path`` (a blank panel when there is
-    nothing to draw)."""
+    nothing to draw); written atomically."""
     names = list(series) or ["(no values yet)"]
     rows = math.ceil(len(names) / columns)
     sheet = Image.new("RGB", (PANEL[0] * columns, PANEL[1] * rows), "white")
     for i, name in enumerate(names):
         panel = _panel(name, series.get(name, []))
         sheet.paste(panel, ((i % columns) * PANEL[0], (i // columns) * PANEL[1]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sheet.save(path)
+    with atomic_path(path) as tmp:
+        sheet.save(tmp)
     return path
 
 

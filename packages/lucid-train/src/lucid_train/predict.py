@@ -17,6 +17,7 @@ import pycocotools.mask as mask_utils
 import torch
 
 from lucid_models import topk_decode
+from lucid_train.atomic_files import atomic_path
 from lucid_train.data.augment.letterbox import LetterboxParams
 from lucid_train.data.augment.warp import warp_image
 from lucid_train.data.image_io import IMAGE_SUFFIXES, open_rgb
@@ -111,10 +112,12 @@ def predict_images(
                 size,
                 (image.height, image.width),
             )
-        draw_overlay(record, names, hp.get("skeleton", ())).save(out / f"{path.stem}.jpg")
+        with atomic_path(out / f"{path.stem}.jpg") as tmp:
+            draw_overlay(record, names, hp.get("skeleton", ())).save(tmp)
         results.append(_json_entry(path, image.size, record, names))
     target = out / "predictions.json"
-    target.write_text(json.dumps(results, indent=1))
+    with atomic_path(target) as tmp:
+        tmp.write_text(json.dumps(results, indent=1))
     return target
 
 

@@ -2,15 +2,17 @@
 
 Layout of ``runs/<task>/<name>/``::
 
-    checkpoints/last.ckpt, checkpoints/best.ckpt   # best by val/mAP50-95 (e2e box)
-    metrics.csv, hparams.yaml                      # Lightning CSVLogger
+    checkpoints/last.ckpt, checkpoints/best.ckpt   # last: each epoch start; best: val/mAP50-95
+    metrics.csv, hparams.yaml                      # RunCSVLogger (kept across a resume)
     losses.png, metrics.png                        # curves, redrawn every epoch
     overlays/val_<i>.jpg                           # e2e predictions on a few validation images
     tensorboard/                                   # when tensorboard is installed
 
 `build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, the EMA swap,
 gradient clipping at 10 (the authors' max norm), ``use_distributed_sampler=False`` (the data
-module's `EpochSampler` shards itself).
+module's `EpochSampler` shards itself). Every file of a run is written atomically (a temporary
+file renamed over it, `lucid_train.atomic_files`; checkpoints by `AtomicCheckpointIO`, which
+also reads them without running code).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, Logger
 
+from lucid_train.atomic_files import atomic_path
+from lucid_train.checkpoint_io import AtomicCheckpointIO
 from lucid_train.data.records import Task
+from lucid_train.last_checkpoint import LastCheckpoint
+from lucid_train.metrics_log import RunCSVLogger
 
 __all__ = [
     "LOG_INTERVAL",
@@ -84,7 +90,8 @@ class RunArtifacts(Callback):
         names = list(pl_module.hparams.get("class_names", ()))
         skeleton = list(pl_module.hparams.get("skeleton", ()))
         for i, rec in enumerate(getattr(pl_module, "overlay_samples", [])):
-            draw_overlay(rec, names, skeleton).save(out / f"val_{i}.jpg", quality=90)
+            with atomic_path(out / f"val_{i}.jpg") as tmp:
+                draw_overlay(rec, names, skeleton).save(tmp, quality=90)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._plots(trainer)
@@ -151,9 +158,10 @@ class EpochThroughput(Callback):
         )
 
 
-def build_loggers(run_dir: Path) -> list[Logger]:
-    """CSV always; TensorBoard when the ``tensorboard`` package is importable."""
-    loggers: list[Logger] = [CSVLogger(save_dir=str(run_dir), name="", version="")]
+def build_loggers(run_dir: Path, resume_epoch: int | None = None) -> list[Logger]:
+    """CSV always (`RunCSVLogger`: a resumed run keeps the rows of epochs before
+    ``resume_epoch``); TensorBoard when the ``tensorboard`` package is importable."""
+    loggers: list[Logger] = [RunCSVLogger(run_dir, resume_epoch=resume_epoch)]
     if importlib.util.find_spec("tensorboard") is not None:
         from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -178,6 +186,7 @@ def build_trainer(
     *,
     callbacks: Sequence[Callback] = (),
     ema: bool = True,
+    resume_epoch: int | None = None,
     **trainer_kwargs: Any,
 ) -> L.Trainer:
     """A Trainer writing ``run_dir`` (None: no checkpoints, no logs; for validate/test/predict
@@ -187,6 +196,8 @@ def build_trainer(
         run_dir: the run folder.
         callbacks: extra callbacks (appended).
         ema: swap the EMA weights in for validation and checkpoints (`lucid_train.optim`).
+        resume_epoch: the epoch a resumed run starts at (its checkpoint's ``epoch``): the run's
+            ``metrics.csv`` keeps the rows before it. None for a new run.
         trainer_kwargs: any `lightning.Trainer` argument (``max_epochs``, ``precision``,
             ``accumulate_grad_batches``, ``accelerator``, ...); gradient clipping defaults to 10.
     """
@@ -196,11 +207,12 @@ def build_trainer(
         "ignore", message=r"You have overridden `on_before_batch_transfer` in `LightningModule`"
     )
     cbs: list[Callback] = []
+    if run_dir is not None:
+        # First of all: last.ckpt is written before any other epoch-start hook changes state.
+        cbs.append(LastCheckpoint(run_dir / "checkpoints"))
     if ema:
         cbs.extend(_ema_callbacks())
     if run_dir is not None:
-        # Two callbacks: Lightning writes ``save_last`` only when a new best is saved, and a
-        # resumable run needs last.ckpt every epoch.
         cbs.append(
             ModelCheckpoint(
                 dirpath=run_dir / "checkpoints",
@@ -209,14 +221,6 @@ def build_trainer(
                 mode="max",
                 save_top_k=1,
                 auto_insert_metric_name=False,
-                enable_version_counter=False,
-            )
-        )
-        cbs.append(
-            ModelCheckpoint(
-                dirpath=run_dir / "checkpoints",
-                filename="last",
-                save_top_k=1,
                 enable_version_counter=False,
             )
         )
@@ -231,13 +235,14 @@ def build_trainer(
         "use_distributed_sampler": False,
         "num_sanity_val_steps": 0,
         "log_every_n_steps": LOG_INTERVAL,
+        "plugins": [AtomicCheckpointIO()],
     }
     kwargs.update(trainer_kwargs)
     if run_dir is None:
         kwargs.setdefault("logger", False)
         kwargs.setdefault("enable_checkpointing", False)
     else:
-        kwargs.setdefault("logger", build_loggers(run_dir))
+        kwargs.setdefault("logger", build_loggers(run_dir, resume_epoch))
         kwargs.setdefault("default_root_dir", str(run_dir))
     return L.Trainer(callbacks=cbs, **kwargs)
 
