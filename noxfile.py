@@ -144,8 +144,13 @@ def parallel_flags(flags: Sequence[str], cores: int | None) -> list[str]:
     """The GPU session's default xdist flags, unless ``flags`` already choose the workers, the
     distribution or turn xdist off: the GPU tests are long fits that share the one device well,
     and one at a time they take longer than a 10-minute call (README)."""
-    chosen = ("-n", "--numprocesses", "--dist", "-p")
+    chosen = ("-n", "--numprocesses", "--dist")
     if any(f == c or f.startswith(c) for f in flags for c in chosen):
+        return []
+    # Only "-p no:xdist" turns xdist off; other plugins ("-pno:cacheprovider") leave it on.
+    plugins = [b for a, b in zip(flags, flags[1:], strict=False) if a == "-p"]
+    plugins += [f.removeprefix("-p") for f in flags if f.startswith("-p") and f != "-p"]
+    if "no:xdist" in plugins:
         return []
     workers = (cores or 1) - 2  # leave the main process and the device's feeder a core each
     return [f"-n{workers}", "--dist=worksteal"] if workers >= 2 else []

@@ -99,6 +99,10 @@ def test_posargs_word_that_is_neither_folder_nor_flag_value_is_refused(posargs: 
         (["--numprocesses=4"], 16, []),
         (["--dist=load"], 16, []),
         (["-p", "no:xdist"], 16, []),
+        (["-pno:xdist"], 16, []),
+        # Another plugin flag keeps the default (it once disabled it: a serial 10-minute run).
+        (["-rfE", "-pno:cacheprovider"], 16, ["-n14", "--dist=worksteal"]),
+        (["-p", "no:cacheprovider"], 16, ["-n14", "--dist=worksteal"]),
     ],
 )
 def test_gpu_session_runs_side_by_side_unless_the_flags_choose(
