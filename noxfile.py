@@ -20,6 +20,7 @@ pytest-xdist (`-n <cores - 2> --dist=worksteal`), so the whole session fits one 
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -148,7 +149,7 @@ def parallel_flags(flags: Sequence[str], cores: int | None) -> list[str]:
     if any(f == c or f.startswith(c) for f in flags for c in chosen):
         return []
     # Only "-p no:xdist" turns xdist off; other plugins ("-pno:cacheprovider") leave it on.
-    plugins = [b for a, b in zip(flags, flags[1:], strict=False) if a == "-p"]
+    plugins = [b for a, b in itertools.pairwise(flags) if a == "-p"]
     plugins += [f.removeprefix("-p") for f in flags if f.startswith("-p") and f != "-p"]
     if "no:xdist" in plugins:
         return []
