@@ -117,7 +117,7 @@ class PixelBatch:
     def pin_memory(self) -> PixelBatch:
         """Pinned, and with CUDA its JPEG files decoded ahead on a side stream: the DataLoader
         calls this in its pinning thread, so nvJPEG's host work overlaps the training step."""
-        out = self._map(lambda t: t.pin_memory(), host_too=True)
+        out = self._map(lambda t: t if t.is_cuda else t.pin_memory(), host_too=True)
         if out.jpeg_paths and out.decoded is None and torch.cuda.is_available():
             device = torch.device("cuda", torch.cuda.current_device())
             stream = _decode_stream(device)
