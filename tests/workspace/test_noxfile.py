@@ -195,11 +195,23 @@ def test_gpu_session_says_it_builds_and_syncs_its_pair_from_the_lock(tmp_path: P
 def test_gpu_session_on_the_current_interpreter_says_so_and_skips_a_pair_not_its_own() -> None:
     """Without the registry (forced here): the current interpreter, named, and a skip naming the
     pair it found when that is not the session's."""
-    out = _nox("gpu-3.13-torch2.9", {"LUCID_GPU_ENV": "current", "LUCID_GPU_PYTHON": "python3"})
+    import torch
+
+    here = (f"{sys.version_info.major}.{sys.version_info.minor}", torch.__version__)
+    py, tv = next(
+        (p, t)
+        for p in NOXFILE.PYTHONS
+        for t in NOXFILE.TORCH_GROUPS
+        if not (p == here[0] and here[1].startswith(t + "."))
+    )  # fmt: skip  (a pair this interpreter is not: on CI's 3.13/2.9 lane, not that one)
+    env = {"LUCID_GPU_ENV": "current", "LUCID_GPU_PYTHON": sys.executable}
+    out = _nox(f"gpu-{py}-torch{tv}", env)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    assert "GPU environment: the current interpreter python3 (LUCID_GPU_ENV=current)" in text
-    assert "this session needs python 3.13 with torch 2.9" in text
+    assert (
+        f"GPU environment: the current interpreter {sys.executable} (LUCID_GPU_ENV=current)" in text
+    )
+    assert f"this session needs python {py} with torch {tv}" in text
 
 
 def test_ci_runs_the_default_lane_and_the_matrixs_far_corner() -> None:
