@@ -170,3 +170,19 @@ def test_a_truncated_jpeg_is_left_to_pillow_which_names_it(tmp_path: Path) -> No
     assert read_jpeg(png) is None
     with pytest.raises(CorruptImageError, match=r"truncated\.jpg"):
         open_rgb(bad)
+
+
+def test_a_worker_that_fails_names_the_sample_it_was_preparing(
+    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = read_split(small_synthetic("detect"), "train", task="detect")
+    ds = TrainDataset(index.records, index.schema, 64, AugmentConfig(), render="device")
+
+    def broken(self: TrainAugment, params: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(TrainAugment, "plan", broken)
+    with pytest.raises(RuntimeError, match="boom") as err:
+        ds[(0, 3)]
+    note = "\n".join(getattr(err.value, "__notes__", []))
+    assert "epoch 0, position 3" in note and str(ds.records[int(ds.permutation(0)[3])].path) in note

@@ -161,6 +161,20 @@ class TrainDataset(Dataset[Sample]):
         pool = perm[start : start + self.pool_size].tolist()
         index = int(perm[position])
         seed = np.random.SeedSequence([self.seed, epoch, position])
+        try:
+            return self._render(epoch, index, seed, pool)
+        except Exception as exc:
+            # A worker's traceback reaches the main process with its notes: name the sample.
+            exc.add_note(
+                f"lucid data: while preparing training sample (epoch {epoch}, position "
+                f"{position}): {self.records[index].path} and its mosaic/mixup partners among "
+                f"{[str(self.records[i].path.name) for i in pool]}"
+            )
+            raise
+
+    def _render(
+        self, epoch: int, index: int, seed: np.random.SeedSequence, pool: list[int]
+    ) -> Sample:
         aug = self.augment(epoch)
         rec = self.records[index]
         params = aug.sample(index, seed, pool)
