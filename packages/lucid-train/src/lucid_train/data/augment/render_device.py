@@ -21,7 +21,8 @@ whatever device the batch is on (CUDA in training, the CPU in tests). The semant
 Coordinates are float32 on the device where Pillow uses float64, so a pixel can differ from the
 CPU renderer by a level where an interpolation weight rounds the other way (and at tile seams);
 `tests/lucid-train/test_data_render.py` holds the bound. Sources are either decoded rows shipped
-by the worker or JPEG files decoded on the device (`decode_jpeg`, nvJPEG on CUDA) right here.
+by the worker or JPEG files decoded on the device (`decode_jpeg`, nvJPEG on CUDA): ahead, in the
+loader's pinning thread (`PixelBatch.pin_memory`), or at the render when the batch is not pinned.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ class PixelBatch:
             (a point maps inside it, half-open) and its interpolation clamps to.
         mix_sample, mix_ratio: ``(J,)`` sample of each partner plane and the weight of its base.
         paste_sample: ``(P,)`` int64; paste_bits: ``(P, S*S/8)`` uint8 packed masks.
-        hsv: ``(B, 3, 3)`` float32 colour matrices (None rows are identities).
+        hsv: ``(B, 3, 3)`` float32 colour matrices (the identity where there is no jitter).
         hsv_on, flip: ``(B,)`` bool.
     """
 
