@@ -87,7 +87,13 @@ def apply_copy_paste(
     if not params.chosen:
         return image, targets
     pasted = pasted_targets(targets, params, image.width)
-    mask = paste_mask(paste_rings(pasted), image.size)
+    return paste_mirrored(image, paste_rings(pasted)), Targets.concat([targets, pasted])
+
+
+def paste_mirrored(image: Image.Image, rings: list[np.ndarray]) -> Image.Image:
+    """``image`` with the mirrored image pasted inside ``rings`` (a copy)."""
     out = image.copy()
-    out.paste(image.transpose(Image.Transpose.FLIP_LEFT_RIGHT), (0, 0), mask)
-    return out, Targets.concat([targets, pasted])
+    out.paste(
+        image.transpose(Image.Transpose.FLIP_LEFT_RIGHT), (0, 0), paste_mask(rings, image.size)
+    )
+    return out

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from PIL import Image
 
-from lucid_train.data.augment.copy_paste import paste_mask
+from lucid_train.data.augment.copy_paste import paste_mirrored
 from lucid_train.data.augment.hsv import apply_hsv
 from lucid_train.data.augment.plan import PixelPlan, Tile
 from lucid_train.data.augment.warp import warp_image, warp_region_into
@@ -41,9 +41,6 @@ def render_cpu(plan: PixelPlan, images: Mapping[int, Image.Image]) -> Image.Imag
         other = render_plane(tiles, images, plan.size, plan.fill)
         image = Image.blend(image, other, 1.0 - ratio)
     if plan.paste:
-        mask = paste_mask(list(plan.paste), image.size)
-        out = image.copy()
-        out.paste(image.transpose(Image.Transpose.FLIP_LEFT_RIGHT), (0, 0), mask)
-        image = out
+        image = paste_mirrored(image, list(plan.paste))
     image = apply_hsv(image, plan.hsv)
     return image.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if plan.flip else image
