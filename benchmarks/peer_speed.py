@@ -7,8 +7,8 @@ One run on the GPU machine, sides one after another (never side by side: this me
 
 1. A 640 set of JPEGs (quality 90) of mixed sizes and aspect ratios, 1,024 train / 16 val
    images by default: the harder scenes (`SyntheticSpec.hard`, sides 480-640 drawn
-   independently) re-encoded from PNG, in COCO layout for ours and exported to YOLO txt for
-   the peer.
+   independently), generated in 16 independently seeded shards side by side and re-encoded
+   from PNG, in COCO layout for ours and exported to YOLO txt for the peer.
 2. Per task and batch: Ultralytics 8.4 (``amp=True``, ``deterministic=False``, ``plots=False``,
    ``val=False``, nominal batch 64), `lucid fit` with capture on and with capture off (16-mixed,
    accumulation ``auto`` = the same nominal batch, no validation), and the loader alone
@@ -20,7 +20,7 @@ One run on the GPU machine, sides one after another (never side by side: this me
 
 Writes ``OUT/peer-speed.json`` (``{"date", "runs": [{"task", "batch", "ultralytics_img_s",
 "lucid_img_s", "lucid_eager_img_s", "loader_img_s", "gpu_util", "ratio", ...}]}``) and
-``OUT/peer-speed.md``.
+``OUT/peer-speed.md``, after every row (a killed run keeps the rows it finished).
 """
 
 from __future__ import annotations
@@ -40,29 +40,60 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import peer_detect  # noqa: E402  (the sibling script: environment, logging, the peer's setup)
 
+SHARDS = 16  # the set is generated in this many independently seeded parts, side by side
 
-def make_set(work: Path, task: str, images: int, seed: int = 0) -> dict[str, Any]:
-    """The JPEG set in COCO layout (``work/coco``) and its YOLO export (``work/yolo``)."""
+
+def _make_shard(job: tuple[str, int, int, int, str]) -> tuple[int, dict[str, Any]]:
+    """Shard ``k`` of the set: its scenes (seed ``k``) as JPEGs under ``coco``, and its two
+    COCO documents (image and annotation ids still the shard's own)."""
     from PIL import Image
 
     from lucid_train.data import SyntheticSpec, synthetic_dataset
 
-    spec = SyntheticSpec(images, 16, min_side=480, max_side=640, difficulty="hard")
-    src = synthetic_dataset(task, cache_dir=work / "png", spec=spec, seed=seed)  # type: ignore[arg-type]
+    task, k, train, val, coco = job
+    spec = SyntheticSpec(train, val, min_side=480, max_side=640, difficulty="hard")
+    src = synthetic_dataset(task, cache_dir=Path(coco).parent / "png", spec=spec, seed=k)  # type: ignore[arg-type]
+    docs = {}
+    for split in ("train", "val"):
+        doc = json.loads((src / "annotations" / f"{split}.json").read_text())
+        out = Path(coco) / "images" / split
+        out.mkdir(parents=True, exist_ok=True)
+        for im in doc["images"]:
+            name = f"s{k:02d}-{Path(im['file_name']).with_suffix('.jpg').name}"
+            Image.open(src / "images" / split / im["file_name"]).convert("RGB").save(
+                out / name, quality=90
+            )
+            im["file_name"] = name
+        docs[split] = doc
+    return k, docs
+
+
+def make_set(work: Path, task: str, images: int, seed: int = 0) -> dict[str, Any]:
+    """The JPEG set in COCO layout (``work/coco-TASK``) and its YOLO export (``work/yolo-TASK``):
+    `SHARDS` harder-scene sets generated side by side (seeds ``seed``..), merged with fresh ids."""
+    from concurrent.futures import ProcessPoolExecutor
+
     coco = work / f"coco-{task}"
     if not (coco / "annotations" / "val.json").is_file():
+        per = -(-images // SHARDS)
+        jobs = [(task, seed + k, per, 1, str(coco)) for k in range(SHARDS)]
+        with ProcessPoolExecutor(SHARDS) as pool:
+            shards = dict(pool.map(_make_shard, jobs))
+        (coco / "annotations").mkdir(parents=True, exist_ok=True)
         for split in ("train", "val"):
-            doc = json.loads((src / "annotations" / f"{split}.json").read_text())
-            out = coco / "images" / split
-            out.mkdir(parents=True, exist_ok=True)
-            for im in doc["images"]:
-                name = Path(im["file_name"]).with_suffix(".jpg").name
-                Image.open(src / "images" / split / im["file_name"]).convert("RGB").save(
-                    out / name, quality=90
-                )
-                im["file_name"] = name
-            (coco / "annotations").mkdir(exist_ok=True)
-            (coco / "annotations" / f"{split}.json").write_text(json.dumps(doc))
+            merged: dict[str, Any] = {"images": [], "annotations": []}
+            for k in sorted(shards):
+                doc = shards[k][split]
+                merged.setdefault("categories", doc["categories"])
+                ids = {}
+                for im in doc["images"]:
+                    ids[im["id"]] = im["id"] = len(merged["images"]) + 1
+                    merged["images"].append(im)
+                for ann in doc["annotations"]:
+                    ann["image_id"] = ids[ann["image_id"]]
+                    ann["id"] = len(merged["annotations"]) + 1
+                    merged["annotations"].append(ann)
+            (coco / "annotations" / f"{split}.json").write_text(json.dumps(merged))
     splits, _, peer_yaml = peer_detect.export_for_peer(coco, task, work / f"yolo-{task}")
     return {
         "coco": str(coco),
@@ -349,6 +380,7 @@ def main(argv: list[str] | None = None) -> None:
             a, b = row["lucid_img_s"], row["ultralytics_img_s"]
             row["ratio"] = round(a / b, 2) if a and b else None
             runs.append(row)
+            write_results(args, runs, partial=True)  # a killed run keeps the rows it finished
             print(
                 json.dumps(
                     {
@@ -366,10 +398,17 @@ def main(argv: list[str] | None = None) -> None:
                 ),
                 flush=True,
             )
+    write_results(args, runs, partial=False)
+    print((args.out / "peer-speed.md").read_text())
+
+
+def write_results(args: argparse.Namespace, runs: list[dict[str, Any]], *, partial: bool) -> None:
+    """``peer-speed.json`` and ``peer-speed.md`` under ``args.out`` for the rows so far."""
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join([sys.executable, *sys.argv]),
         "versions": peer_detect._versions(),
+        "partial": partial,
         "runs": runs,
     }
     (args.out / "peer-speed.json").write_text(json.dumps(doc, indent=1) + "\n")
@@ -383,7 +422,6 @@ def main(argv: list[str] | None = None) -> None:
                  f"{u['peer']} / {u['lucid']} / {u['lucid_eager']}"]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     (args.out / "peer-speed.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ first instead of the last tile at a seam, rounding where Pillow truncates) moves
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from PIL import Image
 from lucid_train.data.augment import AugmentConfig, TrainAugment
 from lucid_train.data.augment.plan import SizedImage
 from lucid_train.data.augment.render_cpu import render_cpu
-from lucid_train.data.augment.render_device import PixelBatch, pack_plans
+from lucid_train.data.augment.render_device import MAX_TILES, PixelBatch, pack_plans
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import TrainDataset
 from lucid_train.data.image_io import CorruptImageError, EncodedImage, open_rgb, read_jpeg
@@ -72,6 +73,23 @@ def test_the_device_renderer_paints_the_cpu_renderers_pixels(
     assert device.dtype == torch.uint8 and tuple(device.shape) == (8, SIDE, SIDE, 3)
     differing, worst = _differences(device.numpy(), cpu)
     assert differing < 0.005 and worst <= 3, (differing, worst)
+
+
+def test_a_batch_without_mosaic_paints_one_tile_slot_with_the_same_pixels(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    """Slots are as wide as the batch's fullest plane: letterboxed planes pay for one tile, and
+    the pixels are those of the four-slot layout (the empty slots paint nothing)."""
+    index = read_split(small_synthetic("detect"), "train", task="detect")
+    ds = TrainDataset(index.records, index.schema, SIDE, AugmentConfig(mosaic=0.0), seed=5)
+    _, packed, _ = _plans(ds, 4)
+    assert tuple(packed.slots.shape) == (4, 1)
+    padded = torch.full((4, MAX_TILES), -1, dtype=torch.int64)
+    padded[:, :1] = packed.slots
+    wide = dataclasses.replace(packed, slots=padded)
+    assert torch.equal(packed.render(), wide.render())
+    mosaic = TrainDataset(index.records, index.schema, SIDE, AugmentConfig(mosaic=1.0), seed=5)
+    assert _plans(mosaic, 4)[1].slots.shape[1] == MAX_TILES
 
 
 def test_the_labels_are_the_same_bits_whichever_renders(

@@ -142,9 +142,45 @@ def test_flagged_gradient_makes_the_grad_scaler_skip_the_step() -> None:
     assert scaler.get_scale() == 2.0  # backed off once, as for an overflow
 
 
+def test_the_flag_makes_a_fused_step_skip_itself_with_and_without_a_grad_scaler() -> None:
+    """The verdict reaches torch's fused AdamW as a tensor: a flagged step leaves the weights,
+    the moments and the step count as they were, and nothing is read on the host."""
+    for scaled in (False, True):
+        weight = torch.nn.Parameter(torch.ones(3))
+        optimizer = torch.optim.AdamW([weight], lr=0.1, fused=True)
+        scaler = torch.amp.GradScaler("cpu", init_scale=4.0) if scaled else None
+        guard = FiniteLossGuard(lagged=True)
+        for bad, moved in ((False, True), (True, False)):
+            before = weight.detach().clone()
+            total = (weight * 2).sum()
+            guard.flag = torch.tensor(bad)
+            if scaler is None:
+                total.backward()
+                optimizer.found_inf = guard.device_flag()  # type: ignore[attr-defined]
+                optimizer.step()
+            else:
+                scaler.scale(total).backward()
+                assert weight.grad is not None
+                guard.gate_gradient(weight.grad)
+                scaler.unscale_(optimizer)
+                scaler.step(optimizer)
+                scaler.update()
+            optimizer.zero_grad()
+            assert (not torch.equal(before, weight.detach())) is moved
+        assert int(optimizer.state[weight]["step"]) == 1  # the skipped step is not counted
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
 def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_checkpoint(
-    small_synthetic: Callable[[str], Path], tmp_path: Path
+    small_synthetic: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fused: bool,
 ) -> None:
+    """The staged (GPU) path on the CPU; ``fused`` builds the optimizer CUDA gets (fused AdamW:
+    the verdict skips the step on the device) instead of gating the step on the host."""
+    if fused:
+        monkeypatch.setattr("lucid_train.recipe._on_cuda", lambda model: True)
     L.seed_everything(0)
     dm = LucidDataModule(
         "detect", small_synthetic("detect"), img_size=64, batch_size=4, num_workers=0
@@ -169,6 +205,7 @@ def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_check
     with pytest.raises(NonFiniteLossError, match="global step 2") as err:
         trainer.fit(module, datamodule=dm)
     assert err.value.terms[0].startswith("o2o_")
+    assert bool(trainer.optimizers[0].defaults.get("fused")) is fused
     _saved_only_before(tmp_path, 2)
     # the weights are those the bad batch started from: its step never ran (the forward's
     # BatchNorm statistics did move, as with the per-batch read: assumptions T64)

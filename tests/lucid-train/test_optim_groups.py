@@ -101,5 +101,6 @@ def test_torch_optimizers_say_their_implementation_per_device(name: str) -> None
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
     choice = OptimizerChoice(name, 0.01, 0.9)  # type: ignore[arg-type]
     opt = build_optimizer(net, OptimizerConfig(), choice, batch_size=16, accumulate=4)
-    # the CPU keeps torch's per-tensor loop (the goldens' arithmetic); CUDA runs foreach (T66)
+    # the CPU keeps torch's per-tensor loop (the goldens' arithmetic); CUDA: fused AdamW and
+    # foreach SGD (T66), held by test_host_syncs_gpu.py
     assert opt.defaults["foreach"] is False and not opt.defaults.get("fused")

@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 
 import lightning as L
 import torch
+from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.utilities import GradClipAlgorithmType
 from torch import Tensor, nn
 
 from lucid_capture import LossRecorder, NetworkRecorder, Recorder
@@ -426,8 +428,36 @@ class YOLOModule(L.LightningModule):
                 self.finite_guard.gate_gradient(grad)  # the scaler skips the step on device
 
     def on_before_optimizer_step(self, optimizer: Any) -> None:
-        if _grad_scaler(self.trainer) is None:
+        if _grad_scaler(self.trainer) is not None:
+            return  # gated in on_after_backward
+        if _skips_on_device(optimizer):
+            # a fused step reads ``found_inf`` on the device and leaves everything as it was
+            optimizer.found_inf = self.finite_guard.device_flag()
+        else:
             self.finite_guard.gate_step()  # on a GPU: one host read per optimizer step
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: Any,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        if not _skips_on_device(optimizer):
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+            return
+        # Lightning's mixed precision neither unscales before clipping nor clips for an optimizer
+        # that unscales in its own step (fused), so both happen here: unscaling records the
+        # non-finite verdict on the device, and the scaler's step hands it to the fused kernel,
+        # which skips itself. The clipping is the same call Lightning makes for other optimizers.
+        scaler = _grad_scaler(self.trainer)
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        Precision.clip_gradients(
+            self.trainer.precision_plugin,
+            optimizer,
+            gradient_clip_val or 0.0,
+            GradClipAlgorithmType(gradient_clip_algorithm or "norm"),
+        )
 
     def on_train_epoch_end(self) -> None:
         self.finite_guard.flush()
@@ -511,6 +541,11 @@ class YOLOModule(L.LightningModule):
 
 def _pinned(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, Tensor) and not value.is_pinned() else value
+
+
+def _skips_on_device(optimizer: Any) -> bool:
+    """Whether ``optimizer`` takes the non-finite verdict as a tensor (torch's fused ones)."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
 
 def _grad_scaler(trainer: L.Trainer) -> Any:

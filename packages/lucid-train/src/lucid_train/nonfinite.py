@@ -10,8 +10,9 @@ batch, so `FiniteLossGuard` keeps the contract without one (assumptions.md T64):
 - **No optimizer step from a bad batch.** Before each optimizer step the flag gates it: with a
   GradScaler (16-mixed) the flag poisons one gradient with ``inf`` before unscaling, so the
   scaler's own non-finite check skips the step on the device, exactly as it skips an overflow;
-  without one, the flag is read on the host at the step (one read per optimizer step, where the
-  update needs the answer anyway). The flag is sticky: every later step is skipped too.
+  without one, a fused optimizer takes the flag as its ``found_inf`` (`device_flag`) and skips
+  itself on the device, and any other reads it on the host at the step (one read per optimizer
+  step). The flag is sticky: every later step is skipped too.
 - **The error, one or two batches late.** Each batch reads the staged values whose events have
   completed (no wait), and waits only for one staged ``MAX_LAG`` batches ago. A non-finite loss
   at batch ``n`` raises `NonFiniteLossError` naming batch ``n`` by the end of batch ``n + 2``.
@@ -151,6 +152,11 @@ class FiniteLossGuard:
         check skips the step on the device. Call after backward, before unscaling."""
         if self.flag is not None:
             grad.masked_fill_(self.flag.to(grad.device), math.inf)
+
+    def device_flag(self) -> Tensor | None:
+        """The sticky verdict as the 0-d float32 ``found_inf`` a fused optimizer step skips on
+        (1.0: skip), or None before any batch was observed on the device."""
+        return None if self.flag is None else self.flag.to(torch.float32)
 
     def gate_step(self) -> None:
         """Without a GradScaler: raise before an optimizer step that would use a bad batch."""

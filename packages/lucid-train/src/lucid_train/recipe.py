@@ -103,15 +103,18 @@ def build_optimizer(
     )
     if muon:
         return MuSGD(groups, lr=lr, momentum=choice.momentum, nesterov=True)
-    # Multi-tensor (foreach) updates on CUDA, the per-tensor loop on the CPU, both said here
-    # rather than left to torch's defaults; not fused: Lightning refuses gradient clipping with
-    # an optimizer that unscales inside its step, and the recipe clips (assumptions.md T66).
-    foreach = _on_cuda(model)
+    # On CUDA AdamW is fused: its step skips itself on the device when the GradScaler (or the
+    # non-finite guard) flags the gradients, so no optimizer step reads the GPU on the host
+    # (`LucidModule.configure_gradient_clipping` unscales before clipping, which Lightning
+    # will not do for such an optimizer). SGD is multi-tensor (foreach) on CUDA. The CPU keeps
+    # torch's per-tensor loop. Each said here, not left to torch's defaults (assumptions T66).
+    cuda = _on_cuda(model)
     if choice.name == "AdamW":
+        kind: dict[str, bool] = {"fused": True} if cuda else {"foreach": False}
         return torch.optim.AdamW(
-            groups, lr=lr, betas=(choice.momentum, 0.999), weight_decay=0.0, foreach=foreach
+            groups, lr=lr, betas=(choice.momentum, 0.999), weight_decay=0.0, **kind
         )
-    return torch.optim.SGD(groups, lr=lr, momentum=choice.momentum, nesterov=True, foreach=foreach)
+    return torch.optim.SGD(groups, lr=lr, momentum=choice.momentum, nesterov=True, foreach=cuda)
 
 
 def _on_cuda(model: nn.Module) -> bool:

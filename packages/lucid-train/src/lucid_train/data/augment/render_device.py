@@ -69,7 +69,8 @@ class PixelBatch:
         decoded, ready: the JPEG sources decoded ahead on the device as ``(Nj rows, 3)`` uint8
             rows and the CUDA event that says so (`pin_memory` does it, in the loader's pinning
             thread, off the training loop's), else None.
-        slots: ``(B + J, 4)`` int64 tile of each plane's slots, -1 when empty.
+        slots: ``(B + J, T)`` int64 tile of each plane's slots, -1 when empty (T: the most
+            tiles a plane of this batch has, at most `MAX_TILES`).
         tile_source: ``(K,)`` int64 source of each tile.
         tile_inverse: ``(K, 2, 3)`` float64 output pixels → source pixels.
         tile_crop: ``(K, 4)`` int64 whole-pixel source crop ``(x0, y0, x1, y1)`` the tile paints
@@ -275,7 +276,10 @@ def pack_plans(
         np.concatenate([a.reshape(-1, 3) for a in arrays]) if arrays else np.zeros((0, 3), np.uint8)
     )
     planes = [p.base for p in plans] + [p.mixup[0] for p in plans if p.mixup is not None]
-    slots = np.full((len(planes), MAX_TILES), -1, np.int64)
+    # As many slots as the batch's fullest plane: a batch of letterboxed planes (no mosaic, as in
+    # the close-mosaic epochs) paints one tile per pixel, not four.
+    width = max(1, max(len(tiles) for tiles in planes))
+    slots = np.full((len(planes), width), -1, np.int64)
     tile_source: list[int] = []
     inverse: list[np.ndarray] = []
     crop: list[tuple[int, int, int, int]] = []
