@@ -186,10 +186,11 @@ def run_ours(
         *args.lucid_flags.split(),
     ]
     tag = f"ours-{task}-b{batch}-{capture}"
+    marks_file = out / f"{tag}-epochs.jsonl"
+    marks_file.unlink(missing_ok=True)
+    env = peer_detect._child_env(args.device, {"LUCID_EPOCH_MARKS": str(marks_file)})
     with Sampler(out / f"{tag}-gpu.csv") as gpu:
-        rc, wall = peer_detect._run_logged(
-            cmd, peer_detect._child_env(args.device), out / f"{tag}.log", args.side_timeout
-        )
+        rc, wall = peer_detect._run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
     result: dict[str, Any] = {"command": " ".join(cmd), "exit": rc, "wall_s": round(wall, 1)}
     metrics = runs / task / "train" / "metrics.csv"
     if metrics.is_file():
@@ -197,12 +198,12 @@ def run_ours(
         steady = [float(r["time/train_images_per_s"]) for r in rows if int(float(r["epoch"])) >= 1]
         result["epoch_img_s"] = [round(float(r["time/train_images_per_s"]), 1) for r in rows]
         result["img_s"] = round(statistics.fmean(steady), 1) if steady else None
-        # The steady epochs end the fit (no validation): the window from the end of epoch 0
-        # (the fit's wall minus every epoch's seconds, plus epoch 0) to the process's end.
-        seconds = [float(r["time/train_epoch_s"]) for r in rows]
-        if seconds:
-            start = gpu.started + (wall - sum(seconds)) + seconds[0]
-            result["gpu_util"] = gpu.mean_between(start, gpu.started + wall)
+        # GPU utilisation over the steady epochs' own windows (first batch to last, as timed)
+        marks = [json.loads(line) for line in marks_file.read_text().splitlines()] if (
+            marks_file.is_file()) else []  # fmt: skip
+        steady_marks = [m for m in marks if m["epoch"] >= 1]
+        if steady_marks:
+            result["gpu_util"] = gpu.mean_between(steady_marks[0]["start"], steady_marks[-1]["end"])
     return result
 
 

@@ -22,10 +22,12 @@ def detect_run(
     small_synthetic: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
     runs = tmp_path_factory.mktemp("runs")
-    code = main(
-        ["fit", "--data.root", str(small_synthetic("detect")), *TINY,
-         "--trainer.max_epochs", "2", "--run.root", str(runs), "--run.name", "tiny"]
-    )  # fmt: skip
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("LUCID_EPOCH_MARKS", str(runs / "epochs.jsonl"))
+        code = main(
+            ["fit", "--data.root", str(small_synthetic("detect")), *TINY,
+             "--trainer.max_epochs", "2", "--run.root", str(runs), "--run.name", "tiny"]
+        )  # fmt: skip
     assert code == 0
     return runs / "detect" / "tiny"
 
@@ -62,6 +64,12 @@ def test_fit_logs_each_epochs_training_throughput(detect_run: Path) -> None:
     for r in rows:  # 12 training images at batch 4: 3 batches, all counted
         seconds, rate = float(r["time/train_epoch_s"]), float(r["time/train_images_per_s"])
         assert seconds > 0 and rate * seconds == pytest.approx(12, rel=1e-3)
+    # the wall-clock windows a benchmark samples the GPU over (LUCID_EPOCH_MARKS): the same
+    # first-batch-to-last-batch span, one line per epoch
+    marks = [json.loads(line) for line in (detect_run.parents[1] / "epochs.jsonl").open()]
+    assert [m["epoch"] for m in marks] == [0, 1]
+    for m, r in zip(marks, rows, strict=True):
+        assert m["end"] - m["start"] == pytest.approx(float(r["time/train_epoch_s"]), abs=0.05)
 
 
 def test_predict_writes_json_and_overlays_for_a_folder(

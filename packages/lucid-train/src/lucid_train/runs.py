@@ -18,6 +18,9 @@ also reads them without running code).
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,17 +117,18 @@ class EpochThroughput(Callback):
     """Logs each training epoch's wall time and images per second (``time/train_epoch_s``,
     ``time/train_images_per_s`` in metrics.csv): from the first batch's start to the last
     batch's end, validation excluded. The device is synchronised at those two points only,
-    never per step."""
+    never per step. With ``LUCID_EPOCH_MARKS=FILE`` in the environment each epoch also appends
+    ``{"epoch", "start", "end"}`` (Unix seconds) to FILE as a JSON line, for benchmarks that
+    sample the GPU over exactly those windows (`benchmarks/peer_speed.py`)."""
 
     def __init__(self) -> None:
         self._start: float | None = None
         self._seconds: float | None = None
         self._images = 0
+        self._wall_start = 0.0
 
     @staticmethod
     def _now(pl_module: L.LightningModule) -> float:
-        import time
-
         import torch
 
         if pl_module.device.type == "cuda":
@@ -136,6 +140,7 @@ class EpochThroughput(Callback):
     ) -> None:
         if self._start is None:
             self._start, self._images = self._now(pl_module), 0
+            self._wall_start = time.time()
         data = batch[0] if isinstance(batch, tuple) else batch
         self._images += len(data)
 
@@ -147,6 +152,12 @@ class EpochThroughput(Callback):
         if self._start is not None and batch_idx + 1 >= trainer.num_training_batches:
             self._seconds = max(self._now(pl_module) - self._start, 1e-9)
             self._start = None
+            marks = os.environ.get("LUCID_EPOCH_MARKS")
+            if marks and trainer.is_global_zero:
+                mark = {"epoch": trainer.current_epoch, "start": self._wall_start,
+                        "end": time.time()}  # fmt: skip
+                with open(marks, "a") as f:
+                    f.write(json.dumps(mark) + "\n")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         seconds, self._seconds, self._start = self._seconds, None, None
