@@ -17,7 +17,6 @@ also reads them without running code).
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,14 +158,19 @@ class EpochThroughput(Callback):
 
 
 def build_loggers(run_dir: Path, resume_epoch: int | None = None) -> list[Logger]:
-    """CSV always (`RunCSVLogger`: a resumed run keeps the rows of epochs before
-    ``resume_epoch``); TensorBoard when the ``tensorboard`` package is importable."""
-    loggers: list[Logger] = [RunCSVLogger(run_dir, resume_epoch=resume_epoch)]
-    if importlib.util.find_spec("tensorboard") is not None:
-        from lightning.pytorch.loggers import TensorBoardLogger
+    """CSV (`RunCSVLogger`, the record: a resumed run keeps the rows of epochs before
+    ``resume_epoch``) and TensorBoard events beside it in ``tensorboard/`` (written through
+    tensorboardX, a dependency, or tensorboard where installed; assumptions.md T75). Lightning
+    turns the logged tensors into numbers once for all loggers, so the second logger adds no
+    host read."""
+    from lightning.pytorch.loggers import TensorBoardLogger
 
-        loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
-    return loggers
+    return [
+        RunCSVLogger(run_dir, resume_epoch=resume_epoch),
+        TensorBoardLogger(
+            save_dir=str(run_dir), name="tensorboard", version="", default_hp_metric=False
+        ),
+    ]
 
 
 class IntervalProgressBar(TQDMProgressBar):
