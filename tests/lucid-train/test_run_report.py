@@ -1,24 +1,32 @@
 """The run report: PR/F1 curves and the confusion matrix hold hand-computed numbers, obb matches
-by polygon IoU, label statistics are relative to each image."""
+by polygon IoU, label statistics are relative to each image, and one tiny fit writes every
+figure at its size beside TensorBoard events of the CSV's metrics."""
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import numpy as np
 import pytest
+from PIL import Image
 
 from lucid_train.data import LucidDataModule
 from lucid_train.data.records import ImageRecord
 from lucid_train.data.targets import Targets
 from lucid_train.evaluation.detection_curves import DetectionDiagnostics, box_iou_matrix
-from lucid_train.label_plots import label_statistics
-from lucid_train.report_plots import per_true_class
-from lucid_train.summary_page import summary_facts
-from lucid_train.val_mosaic import truth_records
+from lucid_train.label_plots import LABEL_PANEL, label_statistics
+from lucid_train.metrics_log import read_rows
+from lucid_train.module import module_class
+from lucid_train.report_plots import CURVE_SIZE, confusion_size, per_true_class
+from lucid_train.run_report import REPORT_FILES
+from lucid_train.runs import build_trainer
+from lucid_train.summary_page import SUMMARY_SIZE, summary_facts
+from lucid_train.val_mosaic import mosaic_size, truth_records
 
 
 def _box(x: float, y: float, w: float = 10, h: float = 10) -> list[float]:
@@ -141,3 +149,71 @@ def test_truth_records_hold_each_images_instances_and_canvas_masks(
             _, xs = np.nonzero(mask)
             assert xs.size  # every instance has pixels, inside its box (one stride-4 cell slack)
             assert xs.min() >= box[0] - 4 and xs.max() <= box[2] + 4
+
+
+def _tensorboard_scalars(folder: Path) -> set[str]:
+    """Tags of the scalar summaries in the event files under ``folder`` (TFRecord framing:
+    length, its CRC, the Event proto, its CRC)."""
+    from tensorboardX.proto.event_pb2 import Event
+
+    tags: set[str] = set()
+    for path in folder.rglob("events.out.tfevents.*"):
+        data, at = path.read_bytes(), 0
+        while at + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[at : at + 8])
+            event = Event.FromString(data[at + 12 : at + 12 + length])
+            tags.update(v.tag for v in event.summary.value)
+            at += 12 + length + 4
+    return tags
+
+
+def test_a_fit_writes_every_figure_at_its_size_and_tensorboard_beside_the_csv(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    logged: list[Any] = []
+    original = TensorBoardLogger.log_metrics
+
+    def record(self: TensorBoardLogger, metrics: dict[str, Any], step: int | None = None) -> None:
+        logged.extend(metrics.values())
+        original(self, metrics, step)
+
+    monkeypatch.setattr(TensorBoardLogger, "log_metrics", record)
+    L.seed_everything(0)
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, batch_size=4,
+                         num_workers=0)  # fmt: skip
+    dm.setup("fit")
+    s = dm.schema
+    module = module_class("detect")(
+        num_classes=s.num_classes, class_names=s.class_names, category_ids=s.category_ids,
+        img_size=64,
+    )  # fmt: skip
+    trainer = build_trainer(
+        tmp_path, max_epochs=1, limit_train_batches=1, limit_val_batches=2,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module, datamodule=dm)
+
+    images = min(4, len(dm.split_index("val").records))
+    sizes = {
+        "labels.png": (3 * LABEL_PANEL[0], LABEL_PANEL[1]),
+        **dict.fromkeys(("PR_curve.png", "F1_curve.png", "P_curve.png", "R_curve.png"), CURVE_SIZE),
+        "confusion_matrix.png": confusion_size(s.num_classes),
+        "confusion_matrix_normalized.png": confusion_size(s.num_classes),
+        "val_mosaic.jpg": mosaic_size(images),
+        "results_summary.png": SUMMARY_SIZE,
+    }
+    assert set(sizes) == set(REPORT_FILES)
+    for name, size in sizes.items():
+        with Image.open(tmp_path / name) as im:
+            im.verify()
+        with Image.open(tmp_path / name) as im:
+            assert (im.format, im.size) == ("JPEG" if name.endswith(".jpg") else "PNG", size), name
+            assert im.convert("L").getextrema()[0] < 128, f"{name} is blank"
+    assert not list(tmp_path.glob(".*.tmp*")), "a temporary file was left behind"
+
+    # TensorBoard holds the CSV's metrics; its logger is handed numbers, never device tensors
+    columns = set(read_rows(tmp_path / "metrics.csv")[0]) - {"epoch", "step"}
+    assert columns and columns <= _tensorboard_scalars(tmp_path / "tensorboard")
+    assert logged and all(isinstance(v, int | float) for v in logged)

@@ -6,9 +6,12 @@ Layout of ``runs/<task>/<name>/``::
     metrics.csv, hparams.yaml                      # RunCSVLogger (kept across a resume)
     losses.png, metrics.png                        # curves, redrawn every epoch
     overlays/val_<i>.jpg                           # e2e predictions on a few validation images
-    tensorboard/                                   # when tensorboard is installed
+    labels.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png,
+    confusion_matrix.png, confusion_matrix_normalized.png,
+    val_mosaic.jpg, results_summary.png            # `lucid_train.run_report.RunReport`
+    tensorboard/                                   # TensorBoard events of the same metrics
 
-`build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, the EMA swap,
+`build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, `RunReport`, the EMA swap,
 gradient clipping at 10 (the authors' max norm), ``use_distributed_sampler=False`` (the data
 module's `EpochSampler` shards itself). Every file of a run is written atomically (a temporary
 file renamed over it, `lucid_train.atomic_files`; checkpoints by `AtomicCheckpointIO`, which
@@ -230,6 +233,10 @@ def build_trainer(
         )
         cbs.append(RunArtifacts(run_dir))
         cbs.append(EpochThroughput())
+        # -- run report (PR/F1 curves, confusion matrices, labels, mosaic, summary) ----------
+        from lucid_train.run_report import RunReport
+
+        cbs.append(RunReport(run_dir))
     cbs.extend(callbacks)
     wants_bar = trainer_kwargs.get("enable_progress_bar", True) is not False
     if wants_bar and not any(isinstance(cb, ProgressBar) for cb in cbs):
