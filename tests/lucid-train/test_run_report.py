@@ -61,7 +61,7 @@ def test_curves_at_iou_half_hold_hand_computed_precision_recall_and_ap50() -> No
     # class 1: its detection reaches only the difficult box (ignored); its other box is missed
     assert curves.instances.tolist() == [2, 1]
     assert curves.ap50[1] == 0.0
-    assert np.all(curves.recall[1] == 0.0)
+    assert np.all(curves.recall[1] == 0.0) and np.all(curves.precision[1] == 0.0)
     assert curves.f1[0, at[0.65]] == pytest.approx(0.8)
     conf, best = curves.best_f1()  # the mean over both classes peaks where class 0's does
     assert best == pytest.approx(0.4)

@@ -9,7 +9,8 @@ or rotated ``(cx, cy, w, h, theta)`` ones — computes their IoU once and feeds 
   the not yet matched ground truth of its class with the highest IoU >= 0.5 (COCO's rule); one
   that only reaches a difficult ground truth is ignored, and difficult ground truth does not
   count towards recall. `CurveSet` then holds precision, recall and F1 at 1000 confidence
-  thresholds (the detections with score >= t), and the PR curve as COCO interpolates it: the
+  thresholds (the detections with score >= t; precision 1 above the best score, 0 everywhere
+  for a class never detected), and the PR curve as COCO interpolates it: the
   precision envelope at 101 recall points, whose mean is the class's AP50.
 - **Confusion matrix** (the authors' convention, assumptions.md T76): detections with score above
   0.25 are matched to ground truth of any class, one to one, highest IoU first, pairs with IoU
@@ -232,8 +233,8 @@ class DetectionDiagnostics:
             sel = labels == c
             order = np.argsort(-scores[sel], kind="stable")
             s, hits = scores[sel][order], tp[sel][order]
-            if s.size == 0:  # nothing found: recall 0, and nothing kept has no false positive
-                recall[c], precision[c], pr[c] = 0.0, 1.0, 0.0
+            if s.size == 0:  # never detected: nothing to be precise about
+                recall[c], precision[c], pr[c] = 0.0, 0.0, 0.0
                 continue
             tpc = np.cumsum(hits)
             rec = tpc / npos
