@@ -22,7 +22,13 @@ from lucid_train.evaluation.detection_curves import DetectionDiagnostics, box_io
 from lucid_train.label_plots import LABEL_PANEL, label_statistics
 from lucid_train.metrics_log import read_rows
 from lucid_train.module import module_class
-from lucid_train.report_plots import CURVE_SIZE, confusion_size, per_true_class
+from lucid_train.report_plots import (
+    CURVE_SIZE,
+    confusion_size,
+    per_true_class,
+    write_confusion_matrices,
+    write_curve_plots,
+)
 from lucid_train.run_report import REPORT_FILES
 from lucid_train.runs import build_trainer
 from lucid_train.summary_page import SUMMARY_SIZE, summary_facts
@@ -100,6 +106,20 @@ def test_rotated_boxes_are_matched_by_polygon_iou_not_their_envelopes() -> None:
     assert curves.recall[0, 0] == pytest.approx(0.5)  # one of two bars found
     assert curves.precision[0, 0] == pytest.approx(1 / 3)
     assert diag.matrix.tolist() == [[1, 2], [1, 0]]
+
+
+def test_eighty_classes_with_long_names_draw_at_their_sizes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    diag = DetectionDiagnostics(num_classes=80)
+    corners = rng.uniform(0, 300, (200, 2))
+    boxes = np.concatenate([corners, corners + 20], 1)
+    labels = rng.integers(0, 80, 200)
+    diag.add(boxes + rng.normal(0, 2, boxes.shape), rng.uniform(0, 1, 200), labels, boxes, labels)
+    names = [f"a rather long class name {c}" for c in range(80)]
+    for path in write_curve_plots(diag.curves(), names, tmp_path):
+        assert Image.open(path).size == CURVE_SIZE
+    for path in write_confusion_matrices(diag, names, tmp_path):
+        assert Image.open(path).size == confusion_size(80) == (2400, 2400)
 
 
 def _record(w: int, h: int, boxes: list[list[float]], **extra: Any) -> ImageRecord:

@@ -34,6 +34,7 @@ __all__ = [
 
 CURVE_SIZE = (900, 640)
 LEGEND_CLASSES = 12
+NAME_CHARS = 20  # longer class names are cut on the axes and in legends
 # Well-separated line colours on white (the common ten-colour cycle).
 CLASS_COLOURS = [
     (31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
@@ -50,19 +51,21 @@ def _class_series(
     names: Sequence[str],
     values: Sequence[str],
 ) -> list[Series]:
-    named = int(valid.sum()) <= LEGEND_CLASSES
+    count = int(valid.sum())
     out = []
-    for c in np.flatnonzero(valid).tolist():
-        if named:
+    for i, c in enumerate(np.flatnonzero(valid).tolist()):
+        if count <= LEGEND_CLASSES:
             colour = CLASS_COLOURS[c % len(CLASS_COLOURS)]
             out.append(Series(x, curves[c], f"{names[c]} {values[c]}", colour, width=2))
-        else:
-            out.append(Series(x, curves[c], None, (190, 190, 190), width=1))
+        else:  # one grey legend entry for them all
+            label = f"each of {count} classes" if i == 0 else None
+            out.append(Series(x, curves[c], label, (190, 190, 190), width=1))
     return out
 
 
 def _name(names: Sequence[str], c: int) -> str:
-    return names[c] if c < len(names) else str(c)
+    name = names[c] if c < len(names) else str(c)
+    return name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
 
 
 def write_curve_plots(curves: CurveSet, class_names: Sequence[str], out_dir: Path) -> list[Path]:
