@@ -95,11 +95,14 @@ class RunReport(Callback):
         if len(self._truths) < MOSAIC_IMAGES:
             self._truths.extend(truth_records(batch, MOSAIC_IMAGES - len(self._truths)))
         floor = float(getattr(getattr(pl_module, "decode_settings", None), "score_threshold", 0.0))
-        rotated = self.diagnostics.rotated and det.rotated is not None
-        geometry = (det.rotated if rotated and det.rotated is not None else det.boxes).cpu().numpy()
+        if self.diagnostics.rotated:
+            if det.rotated is None:
+                raise ValueError("obb validation decoded no rotated boxes")
+            geometry, gt = det.rotated.cpu().numpy(), batch.rboxes.cpu().numpy()
+        else:
+            geometry, gt = det.boxes.cpu().numpy(), batch.boxes.cpu().numpy()
         scores, labels = det.scores.cpu().numpy(), det.labels.cpu().numpy()
         owner = batch.batch_idx.cpu().numpy()
-        gt = (batch.rboxes if rotated else batch.boxes).cpu().numpy()
         gt_labels, gt_difficult = batch.labels.cpu().numpy(), batch.difficult.cpu().numpy()
         for i in range(len(batch)):
             keep = (labels[i] >= 0) & (scores[i] > floor)
