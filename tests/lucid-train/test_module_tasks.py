@@ -17,6 +17,7 @@ from lucid_train.data import LucidDataModule
 from lucid_train.data.transport import Batch
 from lucid_train.losses import o2m_weight
 from lucid_train.module import YOLOModule, module_class
+from lucid_train.run_report import REPORT_FILES
 from lucid_train.runs import build_trainer
 from lucid_train.validation import ValidationScorer
 
@@ -82,6 +83,8 @@ def test_each_task_trains_with_its_loss_terms_and_scores_both_paths(
     assert weights.values == pytest.approx([o2m_weight(0, 2), o2m_weight(1, 2)])
 
     assert list((tmp_path / "overlays").glob("val_*.jpg"))  # drawn as the task needs
+    missing = [name for name in REPORT_FILES if not (tmp_path / name).is_file()]
+    assert not missing, f"{task} run report lacks {missing}"  # sizes: test_run_report.py
 
     info = read_checkpoint_info(tmp_path / "checkpoints" / "last.ckpt")
     assert info.task == task

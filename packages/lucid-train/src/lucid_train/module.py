@@ -494,15 +494,18 @@ class YOLOModule(L.LightningModule):
     def on_test_epoch_start(self) -> None:
         self._start_scoring("test")
 
-    def _score_step(self, batch: Batch) -> None:
+    def _score_step(self, batch: Batch) -> dict[str, Detections]:
         assert self.scorer is not None
         output = self.forward_network(batch.float_images())
         decoded = self.scorer.update(output, batch)
         if len(self.overlay_samples) < OVERLAY_IMAGES:
             self._keep_overlays(batch, output, decoded["e2e"])
+        return decoded
 
-    def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self._score_step(batch)
+    def validation_step(self, batch: Batch, batch_idx: int) -> dict[str, Detections]:
+        """Scores the batch; returns ``{"e2e": Detections}`` (canvas pixels, on the device) for
+        callbacks' ``on_validation_batch_end`` (`lucid_train.run_report.RunReport`)."""
+        return {"e2e": self._score_step(batch)["e2e"]}
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._score_step(batch)

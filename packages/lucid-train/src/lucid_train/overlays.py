@@ -102,7 +102,8 @@ def draw_overlay(
     skeleton: Sequence[Sequence[int]] = (),
 ) -> Image.Image:
     """Draw one record of `detections_to_numpy` (masks tinted, then boxes or rotated boxes, then
-    keypoints with their skeleton, then ``name score`` labels)."""
+    keypoints with their skeleton, then ``name score`` labels; ``name`` alone for a record
+    without ``scores``, such as ground truth)."""
     base = np.asarray(record["image"], np.float32).copy()
     labels = [int(v) for v in record["labels"]]
     if "masks" in record:
@@ -125,10 +126,12 @@ def draw_overlay(
             for (x, y), ok in zip(kpts[:, :2].tolist(), seen.tolist(), strict=True):
                 if ok:
                     draw.ellipse([x - 2, y - 2, x + 2, y + 2], fill=(255, 0, 0))
-    for box, lab, score in zip(record["boxes"], labels, record["scores"], strict=True):
+    scores = record.get("scores")  # ground truth has none: the name alone
+    for i, (box, lab) in enumerate(zip(record["boxes"], labels, strict=True)):
         name = class_names[lab] if 0 <= lab < len(class_names) else str(lab)
+        text = name if scores is None else f"{name} {float(scores[i]):.2f}"
         x1, y1 = float(box[0]), float(box[1])
-        draw.text((x1 + 2, max(y1 - 11, 0)), f"{name} {float(score):.2f}", fill=palette(lab))
+        draw.text((x1 + 2, max(y1 - 11, 0)), text, fill=palette(lab))
     return img
 
 

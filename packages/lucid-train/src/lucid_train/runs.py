@@ -6,9 +6,12 @@ Layout of ``runs/<task>/<name>/``::
     metrics.csv, hparams.yaml                      # RunCSVLogger (kept across a resume)
     losses.png, metrics.png                        # curves, redrawn every epoch
     overlays/val_<i>.jpg                           # e2e predictions on a few validation images
-    tensorboard/                                   # when tensorboard is installed
+    labels.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png,
+    confusion_matrix.png, confusion_matrix_normalized.png,
+    val_mosaic.jpg, results_summary.png            # `lucid_train.run_report.RunReport`
+    tensorboard/                                   # TensorBoard events of the same metrics
 
-`build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, the EMA swap,
+`build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, `RunReport`, the EMA swap,
 gradient clipping at 10 (the authors' max norm), ``use_distributed_sampler=False`` (the data
 module's `EpochSampler` shards itself). Every file of a run is written atomically (a temporary
 file renamed over it, `lucid_train.atomic_files`; checkpoints by `AtomicCheckpointIO`, which
@@ -17,7 +20,6 @@ also reads them without running code).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import time
@@ -170,14 +172,19 @@ class EpochThroughput(Callback):
 
 
 def build_loggers(run_dir: Path, resume_epoch: int | None = None) -> list[Logger]:
-    """CSV always (`RunCSVLogger`: a resumed run keeps the rows of epochs before
-    ``resume_epoch``); TensorBoard when the ``tensorboard`` package is importable."""
-    loggers: list[Logger] = [RunCSVLogger(run_dir, resume_epoch=resume_epoch)]
-    if importlib.util.find_spec("tensorboard") is not None:
-        from lightning.pytorch.loggers import TensorBoardLogger
+    """CSV (`RunCSVLogger`, the record: a resumed run keeps the rows of epochs before
+    ``resume_epoch``) and TensorBoard events beside it in ``tensorboard/`` (written through
+    tensorboardX, a dependency, or tensorboard where installed; assumptions.md T75). Lightning
+    turns the logged tensors into numbers once for all loggers, so the second logger adds no
+    host read."""
+    from lightning.pytorch.loggers import TensorBoardLogger
 
-        loggers.append(TensorBoardLogger(save_dir=str(run_dir), name="tensorboard", version=""))
-    return loggers
+    return [
+        RunCSVLogger(run_dir, resume_epoch=resume_epoch),
+        TensorBoardLogger(
+            save_dir=str(run_dir), name="tensorboard", version="", default_hp_metric=False
+        ),
+    ]
 
 
 class IntervalProgressBar(TQDMProgressBar):
@@ -237,6 +244,10 @@ def build_trainer(
         )
         cbs.append(RunArtifacts(run_dir))
         cbs.append(EpochThroughput())
+        # -- run report (PR/F1 curves, confusion matrices, labels, mosaic, summary) ----------
+        from lucid_train.run_report import RunReport
+
+        cbs.append(RunReport(run_dir))
     cbs.extend(callbacks)
     wants_bar = trainer_kwargs.get("enable_progress_bar", True) is not False
     if wants_bar and not any(isinstance(cb, ProgressBar) for cb in cbs):

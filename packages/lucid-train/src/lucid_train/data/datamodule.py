@@ -217,6 +217,10 @@ class LucidDataModule(L.LightningDataModule):
         """Label meaning of the dataset (read on first use)."""
         return self._index("val").schema
 
+    def split_index(self, stage: str = "train") -> DatasetIndex:
+        """The records of a stage's split as read (annotations before augmentation)."""
+        return self._index(stage)
+
     def coco_ground_truth(self, stage: str = "val") -> dict[str, Any]:
         """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: the dataset's
         own JSON when it came from one, else built from the records."""

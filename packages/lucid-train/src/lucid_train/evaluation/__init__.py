@@ -9,12 +9,15 @@ from lucid_train.evaluation.coco_eval import (
     keypoint_sigmas,
     run_cocoeval,
 )
+from lucid_train.evaluation.detection_curves import CurveSet, DetectionDiagnostics
 from lucid_train.evaluation.rotated import RotatedEvaluator, average_precision, rotated_iou_matrix
 
 __all__ = [
     "COCO_KPT_SIGMAS",
     "UNIFORM_KPT_SIGMA",
     "CocoEvaluator",
+    "CurveSet",
+    "DetectionDiagnostics",
     "MultiDecodeEvaluator",
     "RotatedEvaluator",
     "average_precision",

@@ -1,0 +1,161 @@
+"""`RunReport`: the figures Ultralytics users look for in a run folder, as one Lightning callback.
+
+Written into the run folder, on rank 0, atomically::
+
+    labels.png                               # at fit start: class histogram, box centres, sizes
+    PR_curve.png F1_curve.png P_curve.png R_curve.png    # each validation epoch (IoU 0.5)
+    confusion_matrix.png confusion_matrix_normalized.png # each validation epoch
+    val_mosaic.jpg                           # ground truth beside predictions, first images
+    results_summary.png                      # each validation epoch and at fit end
+
+The curves and the matrix come from the end-to-end decode (the deploy path, as the overlays and
+the monitored metric, assumptions.md T52/T59) of the validation epoch just run, on the EMA
+weights, in canvas pixels (letterboxing changes no IoU). The module's ``validation_step`` hands
+its decode to `on_validation_batch_end` (``{"e2e": Detections}``); this callback copies the
+detections above the validation score floor and the batch's ground truth to the host once per
+batch. Training steps are untouched: nothing here runs per training batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from lucid_models import Detections
+from lucid_train.atomic_files import atomic_path
+from lucid_train.data.transport import Batch
+from lucid_train.evaluation.detection_curves import CurveSet, DetectionDiagnostics
+
+__all__ = ["MOSAIC_IMAGES", "REPORT_FILES", "RunReport"]
+
+MOSAIC_IMAGES = 4  # the module keeps predictions of its first 4 validation images (OVERLAY_IMAGES)
+REPORT_FILES = (
+    "labels.png",
+    "PR_curve.png",
+    "F1_curve.png",
+    "P_curve.png",
+    "R_curve.png",
+    "confusion_matrix.png",
+    "confusion_matrix_normalized.png",
+    "val_mosaic.jpg",
+    "results_summary.png",
+)
+
+
+class RunReport(Callback):
+    """Label statistics, validation curves, confusion matrices, mosaic and summary of a fit.
+
+    Args:
+        run_dir: the run folder (``runs/<task>/<name>``).
+    """
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.diagnostics: DetectionDiagnostics | None = None
+        self.curves: CurveSet | None = None
+        self._truths: list[dict[str, Any]] = []
+
+    @staticmethod
+    def _active(trainer: L.Trainer) -> bool:
+        return trainer.is_global_zero and not trainer.sanity_checking
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        dm = getattr(trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "split_index"):
+            return
+        from lucid_train.label_plots import label_statistics, write_label_plots
+
+        index = dm.split_index("train")
+        stats = label_statistics(index.records)
+        write_label_plots(stats, index.schema.class_names, self.run_dir / "labels.png")
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.diagnostics, self._truths = None, []
+        if self._active(trainer):
+            task = getattr(pl_module, "task", "detect")
+            nc = int(pl_module.hparams.get("num_classes", 0))
+            self.diagnostics = DetectionDiagnostics(nc, rotated=task == "obb")
+
+    def on_validation_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+        batch_idx: int, dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        det = outputs.get("e2e") if isinstance(outputs, dict) else None
+        if self.diagnostics is None or not isinstance(det, Detections):
+            return
+        if not isinstance(batch, Batch):
+            return
+        from lucid_train.val_mosaic import truth_records
+
+        if len(self._truths) < MOSAIC_IMAGES:
+            self._truths.extend(truth_records(batch, MOSAIC_IMAGES - len(self._truths)))
+        floor = float(getattr(getattr(pl_module, "decode_settings", None), "score_threshold", 0.0))
+        if self.diagnostics.rotated:
+            if det.rotated is None:
+                raise ValueError("obb validation decoded no rotated boxes")
+            geometry, gt = det.rotated.cpu().numpy(), batch.rboxes.cpu().numpy()
+        else:
+            geometry, gt = det.boxes.cpu().numpy(), batch.boxes.cpu().numpy()
+        scores, labels = det.scores.cpu().numpy(), det.labels.cpu().numpy()
+        owner = batch.batch_idx.cpu().numpy()
+        gt_labels, gt_difficult = batch.labels.cpu().numpy(), batch.difficult.cpu().numpy()
+        for i in range(len(batch)):
+            keep = (labels[i] >= 0) & (scores[i] > floor)
+            sel = owner == i
+            self.diagnostics.add(
+                geometry[i][keep], scores[i][keep], labels[i][keep],
+                gt[sel], gt_labels[sel], gt_difficult[sel],
+            )  # fmt: skip
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.diagnostics is None or not self._active(trainer):
+            return
+        from lucid_train.report_plots import write_confusion_matrices, write_curve_plots
+        from lucid_train.val_mosaic import draw_val_mosaic
+
+        names = list(pl_module.hparams.get("class_names", ()))
+        self.curves = self.diagnostics.curves()
+        write_curve_plots(self.curves, names, self.run_dir)
+        write_confusion_matrices(self.diagnostics, names, self.run_dir)
+        predictions = list(getattr(pl_module, "overlay_samples", []))
+        if self._truths and predictions:
+            skeleton = list(pl_module.hparams.get("skeleton", ()))
+            mosaic = draw_val_mosaic(self._truths, predictions, names, skeleton)
+            with atomic_path(self.run_dir / "val_mosaic.jpg") as tmp:
+                mosaic.save(tmp, quality=90)
+        self._truths = []
+        self._summary(trainer, pl_module)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self._summary(trainer, pl_module)
+
+    def _summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from lightning.pytorch.loggers import CSVLogger
+
+        from lucid_train.summary_page import write_summary
+
+        csv_path = self.run_dir / "metrics.csv"
+        for logger in trainer.loggers:
+            if isinstance(logger, CSVLogger):
+                logger.save()  # the epoch's rows on disk before they are read
+                csv_path = Path(logger.log_dir) / "metrics.csv"
+        hp = pl_module.hparams
+        heading = f"{self.run_dir.name}: {hp.get('model', '?')} {getattr(pl_module, 'task', '')}"
+        write_summary(
+            self.run_dir / "results_summary.png",
+            heading=heading,
+            csv_path=csv_path,
+            curves=self.curves,
+            class_names=list(hp.get("class_names", ())),
+            figures=[
+                self.run_dir / "PR_curve.png",
+                self.run_dir / "F1_curve.png",
+                self.run_dir / "confusion_matrix_normalized.png",
+            ],
+        )
