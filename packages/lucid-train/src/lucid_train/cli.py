@@ -236,6 +236,7 @@ def _fit(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lucid_train.checkpoint import check_task, read_checkpoint_info
+    from lucid_train.distributed import fit_strategy
     from lucid_train.model_spec import parse_model
     from lucid_train.module import module_class
     from lucid_train.runs import build_trainer, new_run_dir, run_dir_of_checkpoint
@@ -296,6 +297,7 @@ def _fit(args: argparse.Namespace) -> int:
         precision=resolve_precision(args.precision, args.accelerator),
         accelerator=args.accelerator,
         devices=_devices(args.devices),
+        strategy=fit_strategy(args.accelerator, _devices(args.devices)),  # DDP: assumptions T85
         deterministic=args.deterministic,
         check_val_every_n_epoch=args.val_every,
         resume_epoch=resume_epoch,
