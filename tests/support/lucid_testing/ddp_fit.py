@@ -23,6 +23,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.strategies import DDPStrategy
 
 from lucid_testing.trainer_fits import Probe, end_state
 from lucid_train.data import LucidDataModule
@@ -95,6 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--devices", type=int, default=1)
     p.add_argument("--ddp", action="store_true", help="DataParallelStrategy even on 1 device")
+    p.add_argument(
+        "--lightning-ddp", action="store_true", help="Lightning's own DDPStrategy (the wrapper)"
+    )
     p.add_argument("--accelerator", default="cpu")
     p.add_argument("--precision", default="32-true")
     p.add_argument("--capture", default="off")
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--keep-statistics-every", type=int, default=1)
+    p.add_argument("--gradient-clip", type=float, default=10.0, help="0: no clipping")
     args = p.parse_args(argv)
 
     torch.set_num_threads(1)  # CPU kernels sum in one order whatever the process count
@@ -130,9 +135,11 @@ def main(argv: list[str] | None = None) -> None:
     callbacks: list[L.Callback] = [probe]
     if args.keep_statistics_every > 1:
         callbacks.append(KeepStatisticsEvery(args.keep_statistics_every))
-    strategy: Any = (
-        DataParallelStrategy(start_method="popen") if args.devices > 1 or args.ddp else "auto"
-    )
+    strategy: Any = "auto"
+    if args.lightning_ddp:
+        strategy = DDPStrategy(start_method="popen")
+    elif args.devices > 1 or args.ddp:
+        strategy = DataParallelStrategy(start_method="popen")
     trainer = build_trainer(
         None,
         callbacks=callbacks,
@@ -141,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         strategy=strategy,
         precision=args.precision,
         max_epochs=args.epochs,
+        gradient_clip_val=args.gradient_clip or None,
         limit_val_batches=1,
         deterministic="warn" if args.accelerator != "cpu" else False,
         enable_progress_bar=False,

@@ -99,8 +99,8 @@ def _coalesced(
 def sum_gradients(parameters: Sequence[Tensor], *, bucket_bytes: int = BUCKET_BYTES) -> None:
     """Sum each parameter's ``.grad`` over all ranks in place (parameters without one are
     skipped; every rank must hold gradients for the same parameters, in the same order)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return
+    if not (dist.is_available() and dist.is_initialized()):
+        return  # (at world size 1 the collectives still run: the path is the same)
     grads = [p.grad for p in parameters if p.grad is not None]
     _coalesced(grads, lambda flat: dist.all_reduce(flat, op=dist.ReduceOp.SUM), bucket_bytes)
 
@@ -114,7 +114,7 @@ def sum_over_ranks(tensor: Tensor) -> None:
 
 def broadcast_buffers(module: nn.Module, *, bucket_bytes: int = BUCKET_BYTES) -> None:
     """Give every rank rank 0's buffers (BatchNorm running statistics and counters)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if not (dist.is_available() and dist.is_initialized()):
         return
     buffers = [b for b in module.buffers() if b.numel()]
     _coalesced(buffers, lambda flat: dist.broadcast(flat, src=0), bucket_bytes)
