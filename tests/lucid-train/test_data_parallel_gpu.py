@@ -174,3 +174,27 @@ def test_lightning_ddp_wrapper_with_capture_warns_of_the_accumulator_stream(
     )  # fmt: skip
     assert saved[0]["recorders"]["network"]["replays"] > 0
     assert _warned(saved, text)
+
+
+def test_on_a_gpu_the_agreed_verdict_is_read_max_lag_batches_later_on_every_rank() -> None:
+    """The staged route of T88 in one process, the other rank played by the sum: the verdict
+    lands at once, yet it is read exactly MAX_LAG batches after the step (the same batch on every
+    rank), never earlier because it happened to land."""
+    from lucid_train.nonfinite import MAX_LAG, FiniteLossGuard, NonFiniteLossError
+
+    cuda = torch.device("cuda")
+    guard = FiniteLossGuard()
+    guard.configure(2, lambda t: t.add_(1.0), cuda)  # the other rank was flagged
+
+    def observe(step: int) -> None:
+        value = torch.tensor(1.0, device=cuda)
+        guard.observe(step, value, torch.stack([value, value]), ("box", "cls"))
+
+    observe(0)
+    guard.agree(0)
+    torch.cuda.synchronize()  # landed
+    for step in range(1, MAX_LAG):
+        observe(step)  # read only when MAX_LAG batches old
+    assert guard.flag is not None and bool(guard.flag)  # every later step is gated
+    with pytest.raises(NonFiniteLossError, match="global step 0: on another rank"):
+        observe(MAX_LAG)

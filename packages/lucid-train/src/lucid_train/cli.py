@@ -236,7 +236,7 @@ def _fit(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lucid_train.checkpoint import check_task, read_checkpoint_info
-    from lucid_train.distributed import fit_strategy
+    from lucid_train.distributed import fit_strategy, shared_run_dir
     from lucid_train.model_spec import parse_model
     from lucid_train.module import module_class
     from lucid_train.runs import build_trainer, new_run_dir, run_dir_of_checkpoint
@@ -255,7 +255,7 @@ def _fit(args: argparse.Namespace) -> int:
         run_dir = run_dir_of_checkpoint(args.ckpt_path)
         resume_epoch = info.epoch
     else:
-        run_dir = new_run_dir(args.run_root, spec.task, args.run_name)
+        run_dir = shared_run_dir(lambda: new_run_dir(args.run_root, spec.task, args.run_name))
     L.seed_everything(args.seed_everything, workers=True)
     dm = _datamodule(args, spec.task, img_size, args.batch_size, spec.scale[-1])
     dm.setup("fit")

@@ -24,7 +24,9 @@ the two halves.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -41,11 +43,13 @@ __all__ = [
     "device_batch_size",
     "device_count",
     "fit_strategy",
+    "shared_run_dir",
     "sum_gradients",
     "sum_over_ranks",
 ]
 
 BUCKET_BYTES = 25 * 1024 * 1024  # DDP's default bucket size: one collective per ~25 MiB
+RUN_DIR_ENV = "LUCID_RUN_DIR"  # the run folder, named by rank 0 for the ranks it launches
 
 
 def device_batch_size(batch_size: int, world_size: int) -> int:
@@ -196,3 +200,14 @@ def fit_strategy(
 ) -> DataParallelStrategy | str:
     """The strategy of a fit: `DataParallelStrategy` over more than one device, else ``auto``."""
     return DataParallelStrategy() if device_count(accelerator, devices) > 1 else "auto"
+
+
+def shared_run_dir(make: Callable[[], Path]) -> Path:
+    """The run folder of this fit, one for all ranks. Lightning's launcher starts ranks 1.. by
+    running the command again; rank 0 makes the folder (``make``) and names it in the
+    environment they inherit, and they take it instead of making ``<name>2``."""
+    if os.environ.get("LOCAL_RANK", "0") != "0" and os.environ.get(RUN_DIR_ENV):
+        return Path(os.environ[RUN_DIR_ENV])
+    path = make()
+    os.environ[RUN_DIR_ENV] = str(path)
+    return path
