@@ -9,6 +9,7 @@ state. The one-process reference keeps the BatchNorm statistics of its batches `
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -200,3 +201,45 @@ def test_one_process_still_raises_at_once_on_the_host() -> None:
     guard.configure(1, _other_rank(False), torch.device("cpu"))
     with pytest.raises(NonFiniteLossError, match="global step 2"):
         _observe(guard, 2, float("inf"))
+
+
+def test_ranks_launched_again_take_rank_zeros_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lucid_train.distributed import RUN_DIR_ENV, shared_run_dir
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    made = shared_run_dir(lambda: tmp_path / "train")
+    assert made == tmp_path / "train" and os.environ[RUN_DIR_ENV] == str(made)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # what Lightning's launcher gives rank 1
+    assert shared_run_dir(lambda: tmp_path / "train2") == made
+
+
+@pytest.mark.slow
+def test_lucid_fit_on_two_cpu_devices_writes_one_run(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path
+) -> None:
+    """The command end to end over gloo: one run folder, checkpoints and metrics from rank 0
+    (the checkpoint and epoch-end flushes agree across ranks, T88), exit 0 on both ranks."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("LOCAL_RANK", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "lucid_train",
+        "fit",
+        "--data.root",
+        str(small_synthetic("detect")),
+    ]
+    cmd += ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.max_epochs", "2"]
+    cmd += ["--data.img_size", "64", "--data.batch_size", "4", "--data.num_workers", "0"]
+    cmd += ["--trainer.limit_val_batches", "1", "--run.root", str(tmp_path), "--run.name", "ddp"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "detect").iterdir()] == ["ddp"]
+    run = tmp_path / "detect" / "ddp"
+    assert {p.name for p in (run / "checkpoints").iterdir()} == {"last.ckpt", "best.ckpt"}
+    assert done.stdout.count("lucid fit: done") == 2  # both ranks finished
+    with (run / "metrics.csv").open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["time/train_images_per_s"]]
+    assert [r["epoch"] for r in rows] == ["0", "1"]  # one row per epoch, written once (rank 0)
