@@ -236,6 +236,7 @@ def _fit(args: argparse.Namespace) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lucid_train.checkpoint import check_task, read_checkpoint_info
+    from lucid_train.distributed import fit_strategy, shared_run_dir
     from lucid_train.model_spec import parse_model
     from lucid_train.module import module_class
     from lucid_train.runs import build_trainer, new_run_dir, run_dir_of_checkpoint
@@ -254,7 +255,7 @@ def _fit(args: argparse.Namespace) -> int:
         run_dir = run_dir_of_checkpoint(args.ckpt_path)
         resume_epoch = info.epoch
     else:
-        run_dir = new_run_dir(args.run_root, spec.task, args.run_name)
+        run_dir = shared_run_dir(lambda: new_run_dir(args.run_root, spec.task, args.run_name))
     L.seed_everything(args.seed_everything, workers=True)
     dm = _datamodule(args, spec.task, img_size, args.batch_size, spec.scale[-1])
     dm.setup("fit")
@@ -296,6 +297,7 @@ def _fit(args: argparse.Namespace) -> int:
         precision=resolve_precision(args.precision, args.accelerator),
         accelerator=args.accelerator,
         devices=_devices(args.devices),
+        strategy=fit_strategy(args.accelerator, _devices(args.devices)),  # DDP: assumptions T85
         deterministic=args.deterministic,
         check_val_every_n_epoch=args.val_every,
         resume_epoch=resume_epoch,

@@ -38,6 +38,7 @@ from lucid_capture.lightning import CaptureCallback
 from lucid_models import Detections, ModelOutput, build_model, topk_decode
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
+from lucid_train.distributed import sum_over_ranks
 from lucid_train.losses import (
     DualLoss,
     LossTerms,
@@ -306,6 +307,8 @@ class YOLOModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         self.finite_guard.reset()
+        # Data parallel: the ranks agree on the flag at each step (assumptions.md T88).
+        self.finite_guard.configure(self.trainer.world_size, sum_over_ranks, self.device)
         # Not in on_load_checkpoint: the Trainer zeroes every gradient after restoring modules.
         pending, self._pending_gradients = self._pending_gradients, None
         if pending:
@@ -350,7 +353,7 @@ class YOLOModule(L.LightningModule):
         epochs = max(trainer.max_epochs or 1, 1)
         lightning_accumulate = max(trainer.accumulate_grad_batches, 1)
         steps_per_epoch = max(int(trainer.estimated_stepping_batches) // epochs, 1)
-        batch_size = _batch_size(trainer) * max(trainer.world_size, 1)
+        batch_size = _batch_size(trainer)  # global: all ranks together (assumptions.md T86)
         nominal, ramped = resolve_accumulation(self.hparams["accumulate"], batch_size, config.nbs)
         self.accumulation = None
         if nominal > 1:
@@ -416,12 +419,21 @@ class YOLOModule(L.LightningModule):
         if not self._window_open():
             super().on_validation_model_zero_grad()
 
+    def _steps_now(self) -> bool:
+        """Whether the optimizer steps after this batch (the module's plan, else Lightning's)."""
+        plan = self.accumulation
+        if plan is not None:
+            return plan.steps_at(self.trainer.global_step)
+        return not self.trainer.fit_loop._should_accumulate()
+
     def _window_open(self) -> bool:
         """Whether gradients of an unfinished accumulation window are waiting for more batches."""
         plan = self.accumulation
         return plan is not None and not plan.starts_window(self.trainer.global_step)
 
     def on_after_backward(self) -> None:
+        if self.trainer.world_size > 1 and self._steps_now():
+            self.finite_guard.agree(self.global_step)  # before the gradients are summed
         if _grad_scaler(self.trainer) is not None:
             grad = next((p.grad for p in self.parameters() if p.grad is not None), None)
             if grad is not None:
@@ -577,6 +589,8 @@ def _describe_accumulation(
 
 
 def _batch_size(trainer: L.Trainer) -> int:
+    """Images per optimizer-step batch over all ranks: the data module's ``batch_size`` is
+    global (`LucidDataModule`); a loader's own batch counts once per rank."""
     dm = getattr(trainer, "datamodule", None)
     size = getattr(dm, "batch_size", None)
     return int(size) if size else 1

@@ -18,13 +18,20 @@ batch, so `FiniteLossGuard` keeps the contract without one (assumptions.md T64):
   at batch ``n`` raises `NonFiniteLossError` naming batch ``n`` by the end of batch ``n + 2``.
 - **No checkpoint from it.** Saving a checkpoint, ending an epoch and ending the fit read
   everything staged first.
+- **Data parallel: every rank stops together** (`configure` with the world size; assumptions.md
+  T88). At each stepping batch `agree` sums the ranks' flags (one 4-byte collective, no host
+  read on a GPU), so every rank gates the same steps, GradScaler skips on every rank, and the
+  verdict is read at the same batch on every rank (``MAX_LAG`` batches later, never earlier
+  because it happened to land, or at a flush): the bad rank raises naming its batch and terms,
+  the others name the step and "another rank". A rank never raises alone, which would leave the
+  others waiting in a collective.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -53,15 +60,18 @@ class NonFiniteLossError(FloatingPointError):
             "from it; lower the learning rate, use 32-true precision, or resume from last.ckpt"
         )
 
+    @classmethod
+    def _of(cls, step: int, values: Sequence[float], names: Sequence[str]) -> NonFiniteLossError:
+        labels = ["total", *names]
+        bad = [n for n, v in zip(labels, values, strict=True) if not math.isfinite(v)]
+        if bad != ["total"]:
+            bad = [n for n in bad if n != "total"] or bad
+        return cls(step, bad, dict(zip(labels, values, strict=True)))
+
 
 def _raise_if_bad(step: int, values: Sequence[float], names: Sequence[str]) -> None:
-    labels = ["total", *names]
-    bad = [n for n, v in zip(labels, values, strict=True) if not math.isfinite(v)]
-    if not bad:
-        return
-    if bad != ["total"]:
-        bad = [n for n in bad if n != "total"] or bad
-    raise NonFiniteLossError(step, bad, dict(zip(labels, values, strict=True)))
+    if not all(math.isfinite(v) for v in values):
+        raise NonFiniteLossError._of(step, values, names)
 
 
 def _stacked(total: Tensor, items: Tensor) -> Tensor:
@@ -102,6 +112,22 @@ class FiniteLossGuard:
         self.lagged = lagged
         self.flag: Tensor | None = None  # 0-d bool, True once any batch was non-finite
         self._staged: deque[_Staged] = deque()
+        self.world_size = 1
+        self._sum: Callable[[Tensor], object] | None = None  # in-place sum over ranks
+        self._agreed: deque[tuple[int, _Staged]] = deque()  # (batch number, ranks flagged)
+        self._batches = 0
+        self._bad: _Staged | None = None  # this rank's first bad batch, read but not raised
+        self._sum_device = torch.device("cpu")
+        self._last_step = 0
+
+    def configure(
+        self, world_size: int, sum_over_ranks: Callable[[Tensor], object], device: torch.device
+    ) -> None:
+        """Data parallelism over ``world_size`` ranks; ``sum_over_ranks`` sums a tensor on
+        ``device`` in place across them (every rank calls `agree` at the same batches)."""
+        self.world_size = world_size
+        self._sum = sum_over_ranks if world_size > 1 else None
+        self._sum_device = device
 
     def _is_lagged(self, device: torch.device) -> bool:
         return device.type == "cuda" if self.lagged is None else self.lagged
@@ -109,7 +135,9 @@ class FiniteLossGuard:
     def observe(self, step: int, total: Tensor, items: Tensor, names: Sequence[str]) -> None:
         """Test one batch's loss (``total`` 0-d, ``items`` one per name): at once on the host,
         staged on a GPU."""
-        if not self._is_lagged(total.device):
+        self._batches += 1
+        self._last_step = step
+        if not self._is_lagged(total.device) and self._sum is None:
             check_finite_loss(step, total, items, names)
             return
         both = _stacked(total, items)
@@ -136,16 +164,67 @@ class FiniteLossGuard:
             oldest = self._staged[0]
             landed = oldest.ready is not None and oldest.ready.query()  # type: ignore[no-untyped-call]
             if not (landed or wait or len(self._staged) > MAX_LAG):
-                return
+                break
             if oldest.ready is not None:
                 oldest.ready.synchronize()
             self._staged.popleft()
             # host memory (pinned, landed): reading it waits for nothing
-            _raise_if_bad(oldest.step, oldest.host.numpy().tolist(), oldest.names)
+            if self._sum is None:
+                _raise_if_bad(oldest.step, oldest.host.numpy().tolist(), oldest.names)
+            elif self._bad is None and not bool(torch.isfinite(oldest.host).all()):
+                self._bad = oldest  # raised with the others, when the agreed verdict is read
+        # agreed verdicts: read at the same batch on every rank, never early
+        while self._agreed and (wait or self._batches - self._agreed[0][0] >= MAX_LAG):
+            _, verdict = self._agreed.popleft()
+            if verdict.ready is not None:
+                verdict.ready.synchronize()
+            self._raise_agreed(verdict.step, float(verdict.host.reshape(-1)[0]))
+
+    def agree(self, step: int) -> None:
+        """Data parallel, at a stepping batch (after backward, before the step): make the flag
+        every rank's. On the host the verdict is read at once; on a GPU it is staged."""
+        if self._sum is None:
+            return
+        local = self.flag if self.flag is not None else torch.zeros((), dtype=torch.bool)
+        count = local.to(device=self._sum_device, dtype=torch.float32).reshape(1).clone()
+        self._sum(count)  # ranks whose flag is set
+        agreed = count.reshape(()) > 0
+        self.flag = agreed if self.flag is None else self.flag.logical_or(agreed)
+        if not count.is_cuda:
+            self._raise_agreed(step, float(count[0]))
+            return
+        host = torch.empty(count.shape, dtype=count.dtype, pin_memory=True)
+        host.copy_(count, non_blocking=True)
+        ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        ready.record()
+        self._agreed.append((self._batches, _Staged(step, host, ready, ())))
+
+    def _raise_agreed(self, step: int, ranks: float) -> None:
+        if ranks <= 0:
+            return
+        self.poll_values()
+        bad = self._bad
+        if bad is not None:
+            raise NonFiniteLossError._of(bad.step, bad.host.numpy().tolist(), bad.names)
+        raise NonFiniteLossError(step, ("on another rank",), {"ranks flagged": ranks})
+
+    def poll_values(self) -> None:
+        """Read every staged value of this rank (waiting for them), raising nothing."""
+        agreed, self._agreed = self._agreed, deque()
+        try:
+            self.poll(wait=True)
+        finally:
+            self._agreed = agreed
 
     def flush(self) -> None:
-        """Read everything staged (before a checkpoint, at an epoch's or the fit's end)."""
+        """Read everything staged (before a checkpoint, at an epoch's or the fit's end); data
+        parallel, also agree on the flag now (these points are the same on every rank)."""
         self.poll(wait=True)
+        if self._sum is not None:
+            flagged = self._bad is not None or (self.flag is not None and bool(self.flag))
+            count = torch.full((1,), float(flagged), device=self._sum_device)
+            self._sum(count)
+            self._raise_agreed(self._last_step, float(count[0]))
 
     def gate_gradient(self, grad: Tensor) -> None:
         """With a GradScaler: make ``grad`` non-finite if any batch was, so the scaler's own
@@ -167,3 +246,6 @@ class FiniteLossGuard:
     def reset(self) -> None:
         self.flag = None
         self._staged.clear()
+        self._agreed.clear()
+        self._batches = 0
+        self._bad = None

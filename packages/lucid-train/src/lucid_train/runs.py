@@ -116,12 +116,12 @@ class RunArtifacts(Callback):
 
 
 class EpochThroughput(Callback):
-    """Logs each training epoch's wall time and images per second (``time/train_epoch_s``,
-    ``time/train_images_per_s`` in metrics.csv): from the first batch's start to the last
-    batch's end, validation excluded. The device is synchronised at those two points only,
-    never per step. With ``LUCID_EPOCH_MARKS=FILE`` in the environment each epoch also appends
-    ``{"epoch", "start", "end"}`` (Unix seconds) to FILE as a JSON line, for benchmarks that
-    sample the GPU over exactly those windows (`benchmarks/peer_speed.py`)."""
+    """Logs each training epoch's wall time and images per second over all ranks
+    (``time/train_epoch_s``, ``time/train_images_per_s`` in metrics.csv): from the first
+    batch's start to the last batch's end, validation excluded. The device is synchronised at
+    those two points only, never per step. With ``LUCID_EPOCH_MARKS=FILE`` in the environment
+    each epoch also appends ``{"epoch", "start", "end"}`` (Unix seconds) to FILE as a JSON line,
+    for benchmarks that sample the GPU over exactly those windows (`benchmarks/peer_speed.py`)."""
 
     def __init__(self) -> None:
         self._start: float | None = None
@@ -166,9 +166,9 @@ class EpochThroughput(Callback):
         if seconds is None:
             return
         pl_module.log("time/train_epoch_s", seconds, on_epoch=True, on_step=False)
-        pl_module.log(
-            "time/train_images_per_s", self._images / seconds, on_epoch=True, on_step=False
-        )
+        # every rank trains as many images as this one (`EpochSampler`): count them all
+        images = self._images * max(trainer.world_size, 1)
+        pl_module.log("time/train_images_per_s", images / seconds, on_epoch=True, on_step=False)
 
 
 def build_loggers(run_dir: Path, resume_epoch: int | None = None) -> list[Logger]:

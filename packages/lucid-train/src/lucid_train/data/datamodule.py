@@ -28,6 +28,7 @@ from lucid_train.data.records import TASKS, DatasetIndex, DatasetSchema, Task
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch, collate
 from lucid_train.data.yolo_txt import MissingLabels
+from lucid_train.distributed import device_batch_size
 
 
 class LucidDataModule(L.LightningDataModule):
@@ -38,8 +39,11 @@ class LucidDataModule(L.LightningDataModule):
         data: dataset folder (or YOLO ``data.yaml``); None uses the built-in synthetic set.
         layout: on-disk layout, or ``auto`` to probe (`lucid_train.data.layout`).
         img_size: square canvas side of every batch (a multiple of 32).
-        batch_size: images per batch (also the mosaic partner pool).
-        num_workers: loader processes; None picks ``min(batch_size, cpu count - 1)``.
+        batch_size: images per optimizer-step batch over all devices together, the authors'
+            ``batch``: each of ``N`` data-parallel ranks loads ``batch_size / N`` (which must
+            divide evenly; assumptions.md T86), its mosaic partner pool too.
+        num_workers: loader processes per rank; None picks ``min(device batch, cpu count / N -
+            1)``.
         augment: training augmentation; None takes `AugmentConfig.for_variant` when ``variant``
             is given, else the defaults of record.
         variant: model scale ``n s m l x`` for the per-scale augmentation policy.
@@ -106,8 +110,8 @@ class LucidDataModule(L.LightningDataModule):
         self.layout: Layout | Literal["auto"] = layout
         self.img_size = img_size
         self.batch_size = batch_size
-        cpus = os.cpu_count() or 1
-        self.num_workers = min(batch_size, max(cpus - 1, 0)) if num_workers is None else num_workers
+        self._auto_workers = num_workers is None
+        self.num_workers = self._workers(1) if num_workers is None else num_workers
         self.augment = augment or (
             AugmentConfig.for_variant(variant) if variant else AugmentConfig()
         )
@@ -190,6 +194,20 @@ class LucidDataModule(L.LightningDataModule):
             return None
         return self.ram[key]
 
+    def _workers(self, world: int) -> int:
+        cpus = os.cpu_count() or 1
+        return min(device_batch_size(self.batch_size, world), max(cpus // world - 1, 0))
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel ranks of the attached trainer (1 without one)."""
+        return int(getattr(getattr(self, "trainer", None), "world_size", 1) or 1)
+
+    @property
+    def device_batch_size(self) -> int:
+        """Images per batch on this rank: ``batch_size`` split over the ranks (T86)."""
+        return device_batch_size(self.batch_size, self.world_size)
+
     def _on_cuda(self) -> bool:
         trainer = getattr(self, "trainer", None)
         strategy = getattr(trainer, "strategy", None)
@@ -233,10 +251,10 @@ class LucidDataModule(L.LightningDataModule):
     def _loader(
         self, dataset: Any, *, sampler: Any = None, shuffle: bool = False, drop_last: bool = False
     ) -> DataLoader[Batch]:
-        workers = self.num_workers
+        workers = self._workers(self.world_size) if self._auto_workers else self.num_workers
         return DataLoader(
             dataset,
-            batch_size=self.batch_size,
+            batch_size=self.device_batch_size,
             sampler=sampler,
             shuffle=shuffle,
             drop_last=drop_last,
@@ -257,7 +275,7 @@ class LucidDataModule(L.LightningDataModule):
             self.img_size,
             self.augment,
             seed=self.seed,
-            pool_size=self.batch_size,
+            pool_size=self.device_batch_size,
             close_mosaic_from=self.close_mosaic_from,
             ram=self._ram("train"),
             render=render,
@@ -269,8 +287,9 @@ class LucidDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         rank = int(getattr(trainer, "global_rank", 0) or 0)
         world = int(getattr(trainer, "world_size", 1) or 1)
-        sampler = EpochSampler(len(dataset), rank=rank, world_size=world)
-        drop_last = len(sampler) >= self.batch_size
+        batch = self.device_batch_size
+        sampler = EpochSampler(len(dataset), rank=rank, world_size=world, batch_size=batch)
+        drop_last = len(sampler) >= batch
         return self._loader(dataset, sampler=sampler, drop_last=drop_last)
 
     def val_dataloader(self) -> DataLoader[Batch]:

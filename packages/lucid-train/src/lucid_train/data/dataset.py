@@ -235,31 +235,48 @@ def _sample(
 class EpochSampler(Sampler[tuple[int, int]]):
     """Yields ``(epoch, position)`` keys for `TrainDataset`; Lightning calls `set_epoch`.
 
-    Under data parallelism each rank takes positions ``rank, rank + world, ...`` of the padded
-    epoch (so every rank gets the same count); build the trainer with
+    Under data parallelism (assumptions.md T87) rank ``r``'s ``k``-th batch of ``batch_size``
+    holds the epoch positions ``[(world k + r) b, (world k + r + 1) b)``: the batch a single
+    process with batch ``b`` trains ``world k + r``-th, so one global batch is ``world``
+    consecutive single-process batches (mosaic partners included, drawn from the block of
+    ``b`` positions). Every rank yields the same count, whole global batches only (at least
+    one: a set smaller than a global batch wraps round). Build the trainer with
     ``use_distributed_sampler=False`` so Lightning keeps this sampler.
+
+    Args:
+        length: the epoch's positions.
+        rank, world_size: this process among the data-parallel ones.
+        batch_size: images per batch on one device (the loader's ``batch_size``).
     """
 
-    def __init__(self, length: int, *, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self, length: int, *, rank: int = 0, world_size: int = 1, batch_size: int = 1
+    ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(
                 f"expected 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
             )
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         self.length = length
         self.rank = rank
         self.world_size = world_size
+        self.batch_size = batch_size
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __len__(self) -> int:
-        return math.ceil(self.length / self.world_size)
+        if self.world_size == 1:
+            return self.length
+        return max(self.length // (self.world_size * self.batch_size), 1) * self.batch_size
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        total = len(self) * self.world_size
-        for p in range(self.rank, total, self.world_size):
-            yield (self.epoch, p % self.length)
+        b, world = self.batch_size, self.world_size
+        for i in range(len(self)):
+            k, j = divmod(i, b)
+            yield (self.epoch, ((world * k + self.rank) * b + j) % self.length)
 
 
 def worker_init(worker_id: int) -> None:
