@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -53,3 +55,15 @@ def test_deploy_view_reproduces_the_one2one_outputs(task: Task, seeded: None) ->
         assert view.prototypes is not None
         assert torch.equal(full.prototypes, view.prototypes)
     assert torch.equal(full.anchor_points, view.anchor_points)
+
+
+def test_the_deploy_view_needs_nothing_of_the_model_module() -> None:
+    """``model`` builds the view from its parts; ``deploy`` imports nothing of ``model`` (not even
+    for typing), so the two modules do not import each other."""
+    import ast
+
+    import lucid_models.deploy
+
+    tree = ast.parse(Path(lucid_models.deploy.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "lucid_models.model" not in imported, imported

@@ -12,37 +12,46 @@ Note:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import Tensor, nn
 
 from lucid_models.anchors import make_anchors
 from lucid_models.outputs import ModelOutput, Task
-
-if TYPE_CHECKING:
-    from lucid_models.model import YOLO26
+from lucid_models.segmentation import Prototypes
 
 __all__ = ["DeployView"]
 
 
 class DeployView(nn.Module):
-    """Backbone, neck and the one-to-one branch (plus prototypes) of a :class:`YOLO26`.
+    """Backbone, neck and the one-to-one branch (plus prototypes) of a trained model; built by
+    :meth:`YOLO26.deploy`, which hands over its parts (so this module needs nothing of the
+    model's).
 
     Shapes:
         ``images``: ``(B, 3, H, W)`` -> :class:`ModelOutput` with ``one2many=None`` and
         ``semantic_logits=None``; ``one2one.keypoint_sigmas`` is ``None`` for pose.
     """
 
-    def __init__(self, model: YOLO26) -> None:
+    def __init__(
+        self,
+        *,
+        task: Task,
+        num_classes: int,
+        num_keypoints: int | None,
+        strides: tuple[int, ...],
+        backbone: nn.Module,
+        neck: nn.Module,
+        one2one: nn.Module,
+        prototypes: Prototypes | None,
+    ) -> None:
         super().__init__()
-        self.task: Task = model.task
-        self.num_classes = model.num_classes
-        self.num_keypoints = model.num_keypoints
-        self.strides = model.strides
-        self.backbone = model.backbone
-        self.neck = model.neck
-        self.one2one = model.head.one2one.inference_view()
-        self.prototypes = model.head.prototypes
+        self.task: Task = task
+        self.num_classes = num_classes
+        self.num_keypoints = num_keypoints
+        self.strides = strides
+        self.backbone = backbone
+        self.neck = neck
+        self.one2one = one2one
+        self.prototypes = prototypes
 
     def forward(self, images: Tensor) -> ModelOutput:
         """``(B, 3, H, W)`` -> :class:`ModelOutput` of the one-to-one branch."""

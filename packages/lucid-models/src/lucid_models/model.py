@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import Tensor, nn
 
 from lucid_models.backbone import Backbone
+from lucid_models.deploy import DeployView
 from lucid_models.heads import Head
 from lucid_models.neck import Neck
 from lucid_models.outputs import ModelOutput, Task
 from lucid_models.scales import Scale
-
-if TYPE_CHECKING:
-    from lucid_models.deploy import DeployView
 
 __all__ = ["YOLO26"]
 
@@ -77,6 +73,13 @@ class YOLO26(nn.Module):
 
     def deploy(self) -> DeployView:
         """A view sharing this model's parameters that holds only what inference reads."""
-        from lucid_models.deploy import DeployView
-
-        return DeployView(self)
+        return DeployView(
+            task=self.task,
+            num_classes=self.num_classes,
+            num_keypoints=self.num_keypoints,
+            strides=self.strides,
+            backbone=self.backbone,
+            neck=self.neck,
+            one2one=self.head.one2one.inference_view(),
+            prototypes=self.head.prototypes,
+        )
