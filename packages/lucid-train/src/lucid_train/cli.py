@@ -198,6 +198,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", default=None, help="the .onnx file (default beside the checkpoint)")
     ex.add_argument("--img_size", type=int, default=None)
     ex.add_argument("--max_det", type=int, default=300)
+    # -- export options (issue 16 item 5) --
+    ex.add_argument("--opset", type=int, default=None, help="ONNX opset (default 17; 17..21)")
+    ex.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="free batch and image size (traced at --img_size; k = --max_det rows)",
+    )
     return parser
 
 
@@ -403,14 +410,29 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from lucid_models import export_onnx
+    from lucid_models import ONNX_OPSET, export_onnx
     from lucid_train.checkpoint import load_module
+    from lucid_train.onnx_check import check_export
 
     module = load_module(args.ckpt, task=_task_of(args.model), model=args.model)
     size = args.img_size or int(module.hparams.get("img_size", 640))
     out = Path(args.out) if args.out else Path(args.ckpt).with_suffix(".onnx")
-    names = export_onnx(module.model, out, image_size=(size, size), max_det=args.max_det)
-    print(f"lucid export: wrote {out} (input images 1x3x{size}x{size}; outputs {names})")
+    opset = args.opset or ONNX_OPSET
+    try:
+        names = export_onnx(
+            module.model,
+            out,
+            image_size=(size, size),
+            max_det=args.max_det,
+            opset=opset,
+            dynamic=args.dynamic,
+        )
+    except ValueError as err:
+        print(f"lucid export: error: {err}", file=sys.stderr)
+        return 2
+    shape = f"Bx3xHxW, traced at 1x3x{size}x{size}" if args.dynamic else f"1x3x{size}x{size}"
+    print(f"lucid export: wrote {out} (opset {opset}; input images {shape}; outputs {names})")
+    print(f"lucid export: {check_export(module.model, out, size, args.max_det, args.dynamic)}")
     return 0
 
 
