@@ -7,6 +7,7 @@ Flags follow LightningCLI's dotted spelling (``--trainer.max_epochs``, ``--data.
     lucid fit                                   # yolo26n detect on the built-in synthetic set
     lucid fit --model yolo26s-seg --data.root path/to/coco-folder
     lucid fit --ckpt_path runs/detect/train/checkpoints/last.ckpt   # resume
+    lucid fit --model.weights yolo26n.pt --data.root path/to/coco-folder   # fine-tune
     lucid validate --ckpt runs/detect/train/checkpoints/best.ckpt
     lucid predict --ckpt runs/detect/train/checkpoints/best.ckpt --source images/
     lucid export --ckpt runs/detect/train/checkpoints/best.ckpt
@@ -172,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="targets per image the loss is padded to (default 32 with capture on)",
     )
+    # -- fine-tuning (issue 16 item 2) --
+    g.add_argument(
+        "--model.weights",
+        dest="weights",
+        default=None,
+        help="start from these weights: a lucid checkpoint or weights file, or the authors' "
+        "yolo26*.pt (read without running pickled code; class branches fresh when the class "
+        "count differs)",
+    )
     g = fit.add_argument_group("run")
     g.add_argument("--run.root", dest="run_root", default="runs")
     g.add_argument("--run.name", dest="run_name", default="train")
@@ -242,11 +252,17 @@ def _fit(args: argparse.Namespace) -> int:
     import lightning as L
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from lucid_train.checkpoint import check_task, read_checkpoint_info
+    from lucid_train.checkpoint import CheckpointError, check_task, read_checkpoint_info
     from lucid_train.model_spec import parse_model
     from lucid_train.module import module_class
     from lucid_train.runs import build_trainer, new_run_dir, run_dir_of_checkpoint
 
+    # -- fine-tuning (issue 16 item 2): weights only for a new run; a resumed one has its own --
+    if args.weights and args.ckpt_path:
+        raise CheckpointError(
+            f"--model.weights {args.weights} with --ckpt_path {args.ckpt_path}: a resumed run "
+            "continues from its checkpoint's weights; drop --model.weights"
+        )
     spec = parse_model(args.model)
     img_size = args.img_size or DEFAULT_IMG_SIZE
     hparams: dict[str, Any] | None = None
@@ -291,7 +307,7 @@ def _fit(args: argparse.Namespace) -> int:
             "accumulate": args.accumulate,
         }
     hparams.setdefault("accumulate", args.accumulate)  # checkpoints written before it existed
-    module = cls(**hparams)
+    module = cls(**hparams, weights=args.weights)
     extra: dict[str, Any] = {}
     if args.limit_train_batches is not None:
         extra["limit_train_batches"] = _limit(args.limit_train_batches)
