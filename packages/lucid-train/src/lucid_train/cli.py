@@ -192,6 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
         v.add_argument("--model", default=None, help="expected model/task (checked)")
         _add_data(v)
         _add_trainer(v)
+        # -- results files (issue 16 item 4) --
+        v.add_argument(
+            "--save_json",
+            action="store_true",
+            help="write each decode path's detections (COCO results JSON; DOTA task-1 text for "
+            "obb) and the per-class AP table (printed and per_class_ap.csv)",
+        )
+        v.add_argument(
+            "--save_dir",
+            default=None,
+            help=f"where --save_json writes (default runs/<task>/{verb}, numbered if taken)",
+        )
 
     pr = verbs.add_parser("predict", help="predict images; writes JSON and overlays")
     pr.add_argument("--ckpt", required=True)
@@ -400,8 +412,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     img_size = args.img_size or int(hp.get("img_size", DEFAULT_IMG_SIZE))
     spec = parse_model(hp["model"])
     dm = _datamodule(args, spec.task, img_size, args.batch_size, spec.scale[-1])
+    # -- results files (issue 16 item 4) --
+    callbacks = []
+    if args.save_json:
+        from lucid_train.results_files import SaveResults
+        from lucid_train.runs import new_run_dir
+
+        out = Path(args.save_dir) if args.save_dir else new_run_dir("runs", spec.task, args.verb)
+        callbacks.append(SaveResults(out))
     trainer = build_trainer(
         None,
+        callbacks=callbacks,
         ema=False,
         precision=resolve_precision(args.precision, args.accelerator),
         accelerator=args.accelerator,
