@@ -469,8 +469,9 @@ def _export(args: argparse.Namespace) -> int:
         return 2
     shape = f"Bx3xHxW, traced at 1x3x{size}x{size}" if args.dynamic else f"1x3x{size}x{size}"
     print(f"lucid export: wrote {out} (opset {opset}; input images {shape}; outputs {names})")
-    print(f"lucid export: {check_export(module.model, out, size, args.max_det, args.dynamic)}")
-    return 0
+    agrees, verdict = check_export(module.model, out, size, args.max_det, args.dynamic)
+    print(f"lucid export: {verdict}", file=sys.stdout if agrees else sys.stderr)
+    return 0 if agrees else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

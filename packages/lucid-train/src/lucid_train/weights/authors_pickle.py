@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import io
 import pickle
+import pickletools
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ __all__ = [
     "Inert",
     "InertUnpickler",
     "is_authors_checkpoint",
+    "pickle_globals",
     "read_authors_checkpoint",
 ]
 
@@ -216,9 +218,26 @@ def _archive_prefix(archive: zipfile.ZipFile) -> str:
     return names[0][: -len("data.pkl")]
 
 
+def pickle_globals(data: bytes) -> set[str]:
+    """``module.name`` of every global a pickle names, read from its opcodes (nothing is
+    unpickled). For ``STACK_GLOBAL`` (protocol 4) the last two strings pushed are taken; a name
+    fetched from the memo is missed there, which ``torch.save``'s protocol 2 (``GLOBAL``, name
+    inline) never needs."""
+    found: set[str] = set()
+    strings: list[str] = []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name == "GLOBAL" and isinstance(arg, str):
+            found.add(arg.replace(" ", "."))
+        elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
+            found.add(f"{strings[-2]}.{strings[-1]}")
+        elif isinstance(arg, str):
+            strings.append(arg)
+    return found
+
+
 def is_authors_checkpoint(path: Path) -> bool:
-    """Whether ``path`` is a torch zip archive whose pickle names an ``ultralytics`` class
-    (read as bytes, nothing unpickled)."""
+    """Whether ``path`` is a torch zip archive whose pickle names an ``ultralytics`` global
+    (read from the opcodes, nothing unpickled)."""
     if not zipfile.is_zipfile(path):
         return False
     with zipfile.ZipFile(path) as archive:
@@ -226,7 +245,11 @@ def is_authors_checkpoint(path: Path) -> bool:
             data = archive.read(_archive_prefix(archive) + "data.pkl")
         except AuthorsFormatError:
             return False
-    return b"ultralytics." in data or b"\nultralytics" in data
+    try:
+        named = pickle_globals(data)
+    except Exception:  # not a pickle at all: not theirs (the lucid reader reports the damage)
+        return False
+    return any(g.startswith("ultralytics.") for g in named)
 
 
 def _walk(node: Any, prefix: str, out: dict[str, Tensor]) -> None:
