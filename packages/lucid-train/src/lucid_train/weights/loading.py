@@ -238,8 +238,7 @@ def load_weights(module: Any, path: str | Path) -> WeightsReport:
         if value.shape != mine.shape:
             raise WeightsError(
                 f"weights {p} ({src.origin}): {spelled} is {_shape(value)} in the file but "
-                f"{_shape(mine)} in {here} (first mismatch); pass weights of {here} with "
-                f"{nc} classes"
+                f"{_shape(mine)} in {here} (first mismatch); pass weights of {here}"
             )
         loaded.append(key)
     with torch.no_grad():
