@@ -199,19 +199,19 @@ def _batch_loss(module: YOLOModule, batch: Any) -> float:
 def test_fine_tuning_from_converted_weights_starts_below_scratch(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    """On the built-in set: a model trained for 8 steps on one batch, written in the authors'
+    """On the built-in set: a model trained for 5 steps on one batch, written in the authors'
     layout and converted, starts a new run (its module built from the file) at a lower loss on
     that batch than a module from scratch."""
     from lucid_train.data import LucidDataModule
 
     torch.manual_seed(0)
-    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, batch_size=4,
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, batch_size=2,
                          num_workers=0)  # fmt: skip
     dm.setup("fit")
     batch = next(iter(dm.val_dataloader()))
     trained = _module("yolo26n", dm.schema.num_classes)
-    optimizer = torch.optim.AdamW(trained.parameters(), lr=0.004)
-    for _ in range(8):
+    optimizer = torch.optim.AdamW(trained.parameters(), lr=0.005)
+    for _ in range(5):
         trained.train()
         images = batch.float_images()
         terms = trained.compute_loss(
@@ -224,7 +224,7 @@ def test_fine_tuning_from_converted_weights_starts_below_scratch(
     convert_weights(_authors_file(tmp_path / "yolo26n.pt", trained), converted)
     scratch = _batch_loss(_module("yolo26n", dm.schema.num_classes), batch)
     tuned = _batch_loss(_module("yolo26n", dm.schema.num_classes, weights=str(converted)), batch)
-    assert tuned < 0.85 * scratch, (tuned, scratch)  # measured: about 0.6
+    assert tuned < 0.85 * scratch, (tuned, scratch)  # measured: 0.69
 
 
 def test_fit_prints_the_summary_and_refuses_weights_with_resume(
