@@ -129,7 +129,7 @@ def write_results(scorer: ValidationScorer, out_dir: Path, images: dict[int, Pat
                         f"{stem} {_number(image.dt_scores[k])} {xy}\n"
                     )
             for c, name in enumerate(names):
-                target = folder / f"Task1_{name}.txt"
+                target = folder / f"Task1_{name.replace('/', '_')}.txt"
                 with atomic_path(target) as tmp:
                     tmp.write_text("".join(lines[c]))
                 written.append(target)
