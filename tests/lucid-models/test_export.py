@@ -1,4 +1,5 @@
-"""ONNX export of the deploy view (opset 17): TopK and no NMS, and onnxruntime agrees with torch.
+"""ONNX export of the deploy view (opset 17 by default): TopK and no NMS, fixed or dynamic batch
+and image size, and onnxruntime agrees with torch.
 
 Writing the file needs the ``onnx`` package; checking it needs ``onnxruntime``. Neither is a
 dependency of lucid-models, so each test skips, with the reason, where they are missing.
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lucid_models import ONNX_OPSET, YOLO26, build_model, export_onnx
+from lucid_models import ONNX_OPSET, YOLO26, build_model, export_onnx, verify_onnx
 from lucid_models.counts import TASKS
 from lucid_models.export import EndToEndGraph
 from lucid_models.outputs import Task
@@ -77,3 +78,67 @@ def test_onnxruntime_matches_pytorch(task: Task, tmp_path: Path, seeded: None) -
             # float32 kernels sum in another order: a bound relative to the tensor's own scale
             atol = 1e-4 * (float(e.abs().max()) + 1.0)
             torch.testing.assert_close(torch.from_numpy(g), e, rtol=0, atol=atol, msg=name)
+
+
+def _opset_of(path: Path) -> set[int]:
+    import onnx
+
+    return {o.version for o in onnx.load(str(path)).opset_import if o.domain in ("", "ai.onnx")}
+
+
+def test_requested_opset_is_the_one_the_file_declares(tmp_path: Path) -> None:
+    """``opset`` is written as asked; one outside the supported range is refused by name."""
+    path = tmp_path / "o19.onnx"
+    export_onnx(
+        build_model("yolo26n", num_classes=3), path, image_size=(64, 64), max_det=20, opset=19
+    )
+    assert _opset_of(path) == {19}
+    with pytest.raises(ValueError, match="opset 12 is not one lucid exports"):
+        export_onnx(build_model("yolo26n", num_classes=3), path, image_size=(64, 64), opset=12)
+
+
+def test_dynamic_graph_runs_other_batches_and_sizes_like_pytorch(
+    tmp_path: Path, seeded: None
+) -> None:
+    """Traced at 1x64x64, the dynamic graph runs 2x96x64 and 1x64x128 in onnxruntime with
+    PyTorch's results (rows matched: see `verify_onnx`); the input's dims are named. Segment
+    holds every kind of output: rows (boxes, coefficients) and a map (prototypes)."""
+    task: Task = "segment"
+    ort = pytest.importorskip("onnxruntime", reason="comparing needs onnxruntime")
+    model = build_model("yolo26n", task=task, num_classes=3)
+    _spread_scores(model)
+    path = tmp_path / f"{task}-dynamic.onnx"
+    export_onnx(model, path, image_size=(64, 64), max_det=20, dynamic=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert session.get_inputs()[0].shape == ["batch", 3, "height", "width"]
+    inputs = [torch.rand(2, 3, 96, 64), torch.rand(1, 3, 64, 128)]
+    check = verify_onnx(model, path, inputs, max_det=20)
+    assert check.ok, check.describe()
+    assert check.shapes == [(2, 3, 96, 64), (1, 3, 64, 128)]
+    other = build_model("yolo26n", task=task, num_classes=3)
+    _spread_scores(other)
+    assert not verify_onnx(other, path, inputs[:1], max_det=20).ok  # the check can fail
+
+
+def test_static_graph_refuses_another_size_and_the_check_says_so(
+    tmp_path: Path, seeded: None
+) -> None:
+    """Without ``dynamic`` the input shape is fixed: onnxruntime refuses another batch."""
+    pytest.importorskip("onnxruntime", reason="comparing needs onnxruntime")
+    model = build_model("yolo26n", num_classes=3)
+    path = tmp_path / "static.onnx"
+    export_onnx(model, path, image_size=(64, 64), max_det=20)
+    with pytest.raises(Exception, match="images"):
+        verify_onnx(model, path, [torch.rand(2, 3, 64, 64)], max_det=20)
+
+
+def test_dynamic_graph_traced_below_max_det_anchors_is_refused(tmp_path: Path) -> None:
+    """k = max_det is baked into a dynamic graph: tracing where fewer anchors exist is an error."""
+    with pytest.raises(ValueError, match="give only 21 anchors"):
+        export_onnx(
+            build_model("yolo26n", num_classes=3),
+            tmp_path / "x.onnx",
+            image_size=(32, 32),
+            max_det=300,
+            dynamic=True,
+        )

@@ -5,7 +5,8 @@
 * Forward returns a :class:`ModelOutput` of two :class:`BranchOutput` records.
 * :func:`topk_decode` (end-to-end, one-to-one) and :func:`nms_decode` (one-to-many + NMS) give
   fixed-shape :class:`Detections`; :func:`decode_masks` turns them into instance masks.
-* :func:`export_onnx` writes the deploy view with the top-k decode to ONNX.
+* :func:`export_onnx` writes the deploy view with the top-k decode to ONNX (fixed or dynamic
+  batch and image size); :func:`verify_onnx` checks a written file against PyTorch.
 * :mod:`lucid_models.counts` counts parameters and FLOPs and writes the golden file.
 """
 
@@ -21,7 +22,7 @@ from lucid_models.decode import (
     topk_decode,
 )
 from lucid_models.deploy import DeployView
-from lucid_models.export import ONNX_OPSET, export_onnx
+from lucid_models.export import ONNX_OPSET, ONNX_OPSETS, OnnxCheck, export_onnx, verify_onnx
 from lucid_models.model import YOLO26
 from lucid_models.nms import batched_nms, box_iou
 from lucid_models.outputs import BranchOutput, Detections, ModelOutput, Task
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ONNX_OPSET",
+    "ONNX_OPSETS",
     "SCALES",
     "STRIDES",
     "YOLO26",
@@ -38,6 +40,7 @@ __all__ = [
     "DeployView",
     "Detections",
     "ModelOutput",
+    "OnnxCheck",
     "Scale",
     "Task",
     "__version__",
@@ -53,4 +56,5 @@ __all__ = [
     "make_anchors",
     "nms_decode",
     "topk_decode",
+    "verify_onnx",
 ]

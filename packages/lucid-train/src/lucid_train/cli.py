@@ -7,6 +7,7 @@ Flags follow LightningCLI's dotted spelling (``--trainer.max_epochs``, ``--data.
     lucid fit                                   # yolo26n detect on the built-in synthetic set
     lucid fit --model yolo26s-seg --data.root path/to/coco-folder
     lucid fit --ckpt_path runs/detect/train/checkpoints/last.ckpt   # resume
+    lucid fit --model.weights yolo26n.pt --data.root path/to/coco-folder   # fine-tune
     lucid validate --ckpt runs/detect/train/checkpoints/best.ckpt
     lucid predict --ckpt runs/detect/train/checkpoints/best.ckpt --source images/
     lucid export --ckpt runs/detect/train/checkpoints/best.ckpt
@@ -172,6 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="targets per image the loss is padded to (default 32 with capture on)",
     )
+    # -- fine-tuning (issue 16 item 2) --
+    g.add_argument(
+        "--model.weights",
+        dest="weights",
+        default=None,
+        help="start from these weights: a lucid checkpoint or weights file, or the authors' "
+        "yolo26*.pt (read without running pickled code; class branches fresh when the class "
+        "count differs)",
+    )
     g = fit.add_argument_group("run")
     g.add_argument("--run.root", dest="run_root", default="runs")
     g.add_argument("--run.name", dest="run_name", default="train")
@@ -182,6 +192,18 @@ def build_parser() -> argparse.ArgumentParser:
         v.add_argument("--model", default=None, help="expected model/task (checked)")
         _add_data(v)
         _add_trainer(v)
+        # -- results files (issue 16 item 4) --
+        v.add_argument(
+            "--save_json",
+            action="store_true",
+            help="write each decode path's detections (COCO results JSON; DOTA task-1 text for "
+            "obb) and the per-class AP table (printed and per_class_ap.csv)",
+        )
+        v.add_argument(
+            "--save_dir",
+            default=None,
+            help=f"where --save_json writes (default runs/<task>/{verb}, numbered if taken)",
+        )
 
     pr = verbs.add_parser("predict", help="predict images; writes JSON and overlays")
     pr.add_argument("--ckpt", required=True)
@@ -198,6 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out", default=None, help="the .onnx file (default beside the checkpoint)")
     ex.add_argument("--img_size", type=int, default=None)
     ex.add_argument("--max_det", type=int, default=300)
+    # -- export options (issue 16 item 5) --
+    ex.add_argument("--opset", type=int, default=None, help="ONNX opset (default 17; 17..21)")
+    ex.add_argument(
+        "--dynamic",
+        action="store_true",
+        help="free batch and image size (traced at --img_size; k = --max_det rows)",
+    )
     return parser
 
 
@@ -235,12 +264,18 @@ def _fit(args: argparse.Namespace) -> int:
     import lightning as L
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from lucid_train.checkpoint import check_task, read_checkpoint_info
+    from lucid_train.checkpoint import CheckpointError, check_task, read_checkpoint_info
     from lucid_train.distributed import fit_strategy, shared_run_dir
     from lucid_train.model_spec import parse_model
     from lucid_train.module import module_class
     from lucid_train.runs import build_trainer, new_run_dir, run_dir_of_checkpoint
 
+    # -- fine-tuning (issue 16 item 2): weights only for a new run; a resumed one has its own --
+    if args.weights and args.ckpt_path:
+        raise CheckpointError(
+            f"--model.weights {args.weights} with --ckpt_path {args.ckpt_path}: a resumed run "
+            "continues from its checkpoint's weights; drop --model.weights"
+        )
     spec = parse_model(args.model)
     img_size = args.img_size or DEFAULT_IMG_SIZE
     hparams: dict[str, Any] | None = None
@@ -285,7 +320,7 @@ def _fit(args: argparse.Namespace) -> int:
             "accumulate": args.accumulate,
         }
     hparams.setdefault("accumulate", args.accumulate)  # checkpoints written before it existed
-    module = cls(**hparams)
+    module = cls(**hparams, weights=args.weights)
     extra: dict[str, Any] = {}
     if args.limit_train_batches is not None:
         extra["limit_train_batches"] = _limit(args.limit_train_batches)
@@ -379,8 +414,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     img_size = args.img_size or int(hp.get("img_size", DEFAULT_IMG_SIZE))
     spec = parse_model(hp["model"])
     dm = _datamodule(args, spec.task, img_size, args.batch_size, spec.scale[-1])
+    # -- results files (issue 16 item 4) --
+    callbacks = []
+    if args.save_json:
+        from lucid_train.results_files import SaveResults
+        from lucid_train.runs import new_run_dir
+
+        out = Path(args.save_dir) if args.save_dir else new_run_dir("runs", spec.task, args.verb)
+        callbacks.append(SaveResults(out))
     trainer = build_trainer(
         None,
+        callbacks=callbacks,
         ema=False,
         precision=resolve_precision(args.precision, args.accelerator),
         accelerator=args.accelerator,
@@ -405,15 +449,31 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from lucid_models import export_onnx
+    from lucid_models import ONNX_OPSET, export_onnx
     from lucid_train.checkpoint import load_module
+    from lucid_train.onnx_check import check_export
 
     module = load_module(args.ckpt, task=_task_of(args.model), model=args.model)
     size = args.img_size or int(module.hparams.get("img_size", 640))
     out = Path(args.out) if args.out else Path(args.ckpt).with_suffix(".onnx")
-    names = export_onnx(module.model, out, image_size=(size, size), max_det=args.max_det)
-    print(f"lucid export: wrote {out} (input images 1x3x{size}x{size}; outputs {names})")
-    return 0
+    opset = args.opset or ONNX_OPSET
+    try:
+        names = export_onnx(
+            module.model,
+            out,
+            image_size=(size, size),
+            max_det=args.max_det,
+            opset=opset,
+            dynamic=args.dynamic,
+        )
+    except ValueError as err:
+        print(f"lucid export: error: {err}", file=sys.stderr)
+        return 2
+    shape = f"Bx3xHxW, traced at 1x3x{size}x{size}" if args.dynamic else f"1x3x{size}x{size}"
+    print(f"lucid export: wrote {out} (opset {opset}; input images {shape}; outputs {names})")
+    agrees, verdict = check_export(module.model, out, size, args.max_det, args.dynamic)
+    print(f"lucid export: {verdict}", file=sys.stdout if agrees else sys.stderr)
+    return 0 if agrees else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import lightning as L
 import torch
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.utilities import GradClipAlgorithmType
+from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_only
 from torch import Tensor, nn
 
 from lucid_capture import LossRecorder, NetworkRecorder, Recorder
@@ -57,6 +57,7 @@ from lucid_train.optim import AccumulationPlan, resolve_accumulation
 from lucid_train.overlays import detections_to_numpy
 from lucid_train.recipe import OptimizerConfig, build_optimizer, build_schedule, choose_optimizer
 from lucid_train.validation import DecodeSettings, ValidationScorer, format_table
+from lucid_train.weights import WeightsReport, load_weights
 
 __all__ = [
     "TASK_MODULES",
@@ -115,6 +116,10 @@ class YOLOModule(L.LightningModule):
             (reason ``over capacity``). ``None``: 32 with capture on, else each batch's own
             largest count. Set it on both arms of a comparison: padding changes the arithmetic.
         task: the task the checkpoint was written for; must match the class.
+        weights: start from these weights (`lucid_train.weights.load_weights`: a lucid
+            checkpoint or weights file, or the authors' ``yolo26*.pt``); the summary line is
+            printed. Not a hyper-parameter: a checkpoint of the run holds the weights
+            themselves, so rebuilding it never reads the file again.
     """
 
     task: ClassVar[Task] = "detect"
@@ -148,6 +153,7 @@ class YOLOModule(L.LightningModule):
         capture_loss: bool = True,
         loss_capacity: int | None = None,
         task: Task | None = None,
+        weights: str | None = None,
     ) -> None:
         super().__init__()
         spec = parse_model(model)
@@ -162,7 +168,7 @@ class YOLOModule(L.LightningModule):
         if loss_capacity is not None and loss_capacity < 1:
             # 0 would pad eager targets to nothing while the recorder fell back to its default.
             raise ValueError(f"loss_capacity must be at least 1, got {loss_capacity}")
-        self.save_hyperparameters(ignore=["task"])
+        self.save_hyperparameters(ignore=["task", "weights"])
         self.hparams["task"] = self.task
         self.hparams["model"] = model_name(spec.scale, self.task)
         names = tuple(class_names) or tuple(str(i) for i in range(num_classes))
@@ -195,6 +201,10 @@ class YOLOModule(L.LightningModule):
             name="loss",
             enabled=False,
         )
+        self.weights_report: WeightsReport | None = None
+        if weights is not None:
+            self.weights_report = load_weights(self, weights)
+            _print_once(self.weights_report.summary())
 
     # -- capture -----------------------------------------------------------------------------
 
@@ -552,6 +562,11 @@ class YOLOModule(L.LightningModule):
         ``[0, 1]``; ``lucid predict`` (`lucid_train.predict`) adds the source-pixel mapping."""
         images = batch if isinstance(batch, Tensor) else batch.float_images()
         return topk_decode(self.forward_network(images), max_det=self.hparams["max_det"])
+
+
+@rank_zero_only
+def _print_once(line: str) -> None:
+    print(line)
 
 
 def _pinned(value: Any) -> Any:

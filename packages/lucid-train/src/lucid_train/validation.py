@@ -137,6 +137,9 @@ class ValidationScorer:
             )
         self.images = 0
         self.instances = 0
+        # obb: each image's dataset id and letterbox, in the evaluators' order (results files)
+        self.obb_images: list[tuple[int, tuple[float, float, float]]] = []
+        self.rotated_results: dict[str, dict[str, float]] = {}  # the last `compute`, per path
 
     def update(self, output: ModelOutput, batch: Batch) -> dict[str, Detections]:
         """Decode both paths of ``output`` and add them (and, for obb, the ground truth) to the
@@ -165,6 +168,8 @@ class ValidationScorer:
                 keep = labels[i] >= 0
                 if self.task == "obb":
                     assert rotated is not None
+                    if path == DECODE_PATHS[0]:
+                        self.obb_images.append((int(image_ids[i]), tuple(letterbox[i])))
                     self.rotated[path].add(
                         rotated[i][keep],
                         scores[i][keep],
@@ -208,7 +213,7 @@ class ValidationScorer:
         out: dict[str, float] = {}
         if self.task == "obb":
             for path, ev in self.rotated.items():
-                r = ev.compute()
+                r = self.rotated_results[path] = ev.compute()
                 out[f"{path}/mAP50-95"] = float(r["mAP50_95"])
                 out[f"{path}/mAP50"] = float(r["mAP50"])
         else:

@@ -239,6 +239,10 @@ class LucidDataModule(L.LightningDataModule):
         """The records of a stage's split as read (annotations before augmentation)."""
         return self._index(stage)
 
+    def image_files(self, stage: str = "val") -> dict[int, Path]:
+        """The image file of each dataset image id of a split."""
+        return {r.image_id: r.path for r in self._index(stage).records}
+
     def coco_ground_truth(self, stage: str = "val") -> dict[str, Any]:
         """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: the dataset's
         own JSON when it came from one, else built from the records."""

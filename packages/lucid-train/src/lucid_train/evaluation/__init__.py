@@ -7,6 +7,7 @@ from lucid_train.evaluation.coco_eval import (
     MultiDecodeEvaluator,
     coco_from_dict,
     keypoint_sigmas,
+    per_class_ap,
     run_cocoeval,
 )
 from lucid_train.evaluation.detection_curves import CurveSet, DetectionDiagnostics
@@ -23,6 +24,7 @@ __all__ = [
     "average_precision",
     "coco_from_dict",
     "keypoint_sigmas",
+    "per_class_ap",
     "rotated_iou_matrix",
     "run_cocoeval",
 ]

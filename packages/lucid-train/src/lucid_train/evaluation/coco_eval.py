@@ -104,13 +104,20 @@ def run_cocoeval(
     detections: list[dict[str, Any]],
     iou_type: IouType,
     kpt_sigmas: npt.NDArray[np.float64] | None = None,
+    per_class: dict[int, tuple[float, float]] | None = None,
 ) -> dict[str, float]:
     """Score ``detections`` (COCO result dicts) against ``gt``; the summary by name.
 
     With no detections every statistic is 0.0 (pycocotools refuses an empty result list).
+
+    Args:
+        per_class: if given, filled with ``{category_id: (AP50-95, AP50)}`` for every category
+            of ``gt`` (`per_class_ap`; NaN for a category without ground truth).
     """
     names = KPT_STAT_NAMES if iou_type == "keypoints" else BOX_STAT_NAMES
     if not detections:
+        if per_class is not None:
+            per_class.update({int(c): (0.0, 0.0) for c in gt.getCatIds()})
         return dict.fromkeys(names, 0.0)
     with contextlib.redirect_stdout(io.StringIO()):
         # loadRes and COCOeval add keys to each result dict (id, area, a box's polygon) and
@@ -123,7 +130,25 @@ def run_cocoeval(
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
+    if per_class is not None:
+        per_class.update(per_class_ap(ev))
     return {n: float(v) for n, v in zip(names, ev.stats, strict=True)}
+
+
+def per_class_ap(ev: COCOeval) -> dict[int, tuple[float, float]]:
+    """``{category_id: (AP50-95, AP50)}`` of an accumulated ``COCOeval``, read from its
+    precision array as its own summary reads the mean (all areas, the largest ``maxDets``):
+    the mean over IoU thresholds and recall points where precision is defined; NaN where a
+    category has none (no ground truth)."""
+    precision = ev.eval["precision"]  # (T, R, K, A, M)
+    out: dict[int, tuple[float, float]] = {}
+    for k, cat in enumerate(ev.params.catIds):
+        p = precision[:, :, k, 0, -1]
+        valid, valid50 = p[p > -1], p[0][p[0] > -1]
+        ap = float(valid.mean()) if valid.size else float("nan")
+        ap50 = float(valid50.mean()) if valid50.size else float("nan")
+        out[int(cat)] = (ap, ap50)
+    return out
 
 
 class CocoEvaluator:
@@ -159,6 +184,8 @@ class CocoEvaluator:
             kpt_sigmas = keypoint_sigmas(len(cats[0]["keypoints"]) if cats else 17)
         self.kpt_sigmas = None if kpt_sigmas is None else np.asarray(kpt_sigmas, np.float64)
         self.detections: list[dict[str, Any]] = []
+        # {iou_type: {category_id: (AP50-95, AP50)}}, filled by `compute`
+        self.per_class: dict[str, dict[int, tuple[float, float]]] = {}
 
     def add(
         self,
@@ -213,23 +240,28 @@ class CocoEvaluator:
 
     def reset(self) -> None:
         self.detections = []
+        self.per_class = {}
 
     def compute(self) -> dict[str, dict[str, float]]:
         """``{iou_type: {stat name: value}}`` for every requested type."""
         out: dict[str, dict[str, float]] = {}
         for iou_type in self.iou_types:
-            dets = self.detections
-            if iou_type == "segm":
-                dets = [d for d in dets if "segmentation" in d]
-            if iou_type == "keypoints":
-                dets = [d for d in dets if "keypoints" in d]
-            if iou_type == "bbox":
-                dets = [
-                    {k: v for k, v in d.items() if k not in ("segmentation", "keypoints")}
-                    for d in dets
-                ]
-            out[iou_type] = run_cocoeval(self.gt, dets, iou_type, self.kpt_sigmas)
+            dets = self.results(iou_type)
+            per_class: dict[int, tuple[float, float]] = {}
+            out[iou_type] = run_cocoeval(self.gt, dets, iou_type, self.kpt_sigmas, per_class)
+            self.per_class[iou_type] = per_class
         return out
+
+    def results(self, iou_type: IouType) -> list[dict[str, Any]]:
+        """The detections as a COCO results list for ``iou_type`` (what `compute` scored: a box
+        list without masks and keypoints, masks or keypoints where they were given)."""
+        if iou_type == "bbox":
+            return [
+                {k: v for k, v in d.items() if k not in ("segmentation", "keypoints")}
+                for d in self.detections
+            ]
+        field = "segmentation" if iou_type == "segm" else "keypoints"
+        return [d for d in self.detections if field in d]
 
 
 class MultiDecodeEvaluator:

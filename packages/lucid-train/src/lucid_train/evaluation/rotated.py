@@ -117,7 +117,8 @@ class RotatedEvaluator:
         )
 
     def compute(self, iou_thresholds: tuple[float, ...] = IOU_THRESHOLDS) -> dict[str, float]:
-        """``mAP50``, ``mAP50_95`` and ``AP50/<label>`` per class with ground truth."""
+        """``mAP50``, ``mAP50_95`` and ``AP50/<label>``, ``AP50-95/<label>`` per class with
+        ground truth."""
         thr = np.asarray(iou_thresholds, np.float64)
         ap = np.full((self.num_classes, thr.size), np.nan)
         for c in range(self.num_classes):
@@ -167,4 +168,5 @@ class RotatedEvaluator:
         }
         for c in np.flatnonzero(valid).tolist():
             out[f"AP50/{c}"] = float(ap[c, 0])
+            out[f"AP50-95/{c}"] = float(ap[c].mean())
         return out

@@ -1,0 +1,32 @@
+"""``python -m lucid_train.weights SRC.pt DST.pt``: convert an authors' checkpoint once.
+
+The result is read with ``torch.load(weights_only=True)`` and names our modules; pass it (or the
+original) to ``lucid fit --model.weights``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from lucid_train.checkpoint import CheckpointError
+from lucid_train.weights.loading import convert_weights
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lucid_train.weights", description=__doc__)
+    parser.add_argument("src", help="an Ultralytics yolo26*.pt")
+    parser.add_argument("dst", help="the lucid weights file to write")
+    args = parser.parse_args(argv)
+    try:
+        report = convert_weights(args.src, args.dst)
+    except (CheckpointError, FileNotFoundError) as err:
+        print(f"lucid weights: error: {err}", file=sys.stderr)
+        return 2
+    print(report.summary())
+    print(f"lucid weights: wrote {args.dst}")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

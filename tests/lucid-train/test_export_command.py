@@ -1,0 +1,68 @@
+"""``lucid export`` options: the opset is stated, dynamic batch and image size, and the written
+file is checked against PyTorch with onnxruntime when it is installed (skipped with a line when
+it is not)."""
+
+from __future__ import annotations
+
+import builtins
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lucid_testing.module_checkpoints import write_module_checkpoint
+from lucid_train.cli import main
+
+pytest.importorskip("onnx", reason="writing ONNX needs lucid-models[export]")
+
+
+def test_dynamic_export_states_opset_and_onnxruntime_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dynamic graph at opset 18: the input's dims are named, and the command says which opset
+    it wrote and that onnxruntime agreed with PyTorch on two shapes."""
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    ckpt = tmp_path / "best.ckpt"
+    write_module_checkpoint(ckpt)
+    out = tmp_path / "model.onnx"
+    code = main(["export", "--ckpt", str(ckpt), "--out", str(out), "--max_det", "20",
+                 "--opset", "18", "--dynamic"])  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "opset 18" in text and "Bx3xHxW, traced at 1x3x64x64" in text
+    assert "onnxruntime matches PyTorch on 1x3x64x64, 2x3x96x64" in text
+    dims = onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["batch", 3, "height", "width"]
+
+
+def test_export_without_onnxruntime_says_the_file_was_not_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_import = builtins.__import__
+
+    def no_onnxruntime(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "onnxruntime":
+            raise ModuleNotFoundError("No module named 'onnxruntime'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_onnxruntime)
+    ckpt = tmp_path / "best.ckpt"
+    write_module_checkpoint(ckpt)
+    code = main(["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "m.onnx"),
+                 "--max_det", "20"])  # fmt: skip
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "opset 17" in text
+    assert "onnxruntime is not installed: the file was not checked" in text
+
+
+def test_an_impossible_dynamic_export_is_one_line_and_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt = tmp_path / "best.ckpt"
+    write_module_checkpoint(ckpt)
+    code = main(["export", "--ckpt", str(ckpt), "--img_size", "32", "--dynamic"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "give only 21 anchors" in err[0]
