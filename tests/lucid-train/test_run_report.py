@@ -237,3 +237,24 @@ def test_a_fit_writes_every_figure_at_its_size_and_tensorboard_beside_the_csv(
     columns = set(read_rows(tmp_path / "metrics.csv")[0]) - {"epoch", "step"}
     assert columns and columns <= _tensorboard_scalars(tmp_path / "tensorboard")
     assert logged and all(isinstance(v, int | float) for v in logged)
+
+
+def test_without_a_tensorboard_writer_the_run_keeps_its_csv_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch preinstalled with our packages on the path (the GPU machine) has no tensorboardX:
+    the fit logs to metrics.csv alone, with one line saying why, instead of failing."""
+    import importlib.util
+
+    from lucid_train.metrics_log import RunCSVLogger
+    from lucid_train.runs import build_loggers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("tensorboardX", "tensorboard") else real(name, *a),
+    )
+    loggers = build_loggers(tmp_path)
+    assert [type(lg) for lg in loggers] == [RunCSVLogger]
+    assert "no TensorBoard events" in capsys.readouterr().err

@@ -20,8 +20,10 @@ also reads them without running code).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -176,15 +178,24 @@ def build_loggers(run_dir: Path, resume_epoch: int | None = None) -> list[Logger
     ``resume_epoch``) and TensorBoard events beside it in ``tensorboard/`` (written through
     tensorboardX, a dependency, or tensorboard where installed; assumptions.md T75). Lightning
     turns the logged tensors into numbers once for all loggers, so the second logger adds no
-    host read."""
+    host read. An environment without either writer (torch preinstalled, our packages on the
+    path, as on the GPU machine) trains with the CSV alone and says so once."""
+    loggers: list[Logger] = [RunCSVLogger(run_dir, resume_epoch=resume_epoch)]
+    if not any(importlib.util.find_spec(m) for m in ("tensorboardX", "tensorboard")):
+        print(
+            "lucid fit: no TensorBoard events (neither tensorboardX nor tensorboard is "
+            "installed; `uv sync` installs tensorboardX); metrics.csv is written as always",
+            file=sys.stderr,
+        )
+        return loggers
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    return [
-        RunCSVLogger(run_dir, resume_epoch=resume_epoch),
+    loggers.append(
         TensorBoardLogger(
             save_dir=str(run_dir), name="tensorboard", version="", default_hp_metric=False
-        ),
-    ]
+        )
+    )
+    return loggers
 
 
 class IntervalProgressBar(TQDMProgressBar):
