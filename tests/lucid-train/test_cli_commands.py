@@ -41,8 +41,9 @@ def test_model_names_pick_the_task_by_suffix() -> None:
         parse_model("yolo27n")
 
 
-def test_fit_writes_checkpoints_csv_curves_and_overlays(detect_run: Path) -> None:
+def test_fit_writes_checkpoints_csv_curves_overlays_and_its_config(detect_run: Path) -> None:
     assert (detect_run / "checkpoints" / "last.ckpt").is_file()
+    assert "\n  max_epochs: 2\n" in (detect_run / "config.yaml").read_text()
     assert (detect_run / "checkpoints" / "best.ckpt").is_file()
     header = (detect_run / "metrics.csv").read_text().splitlines()[0]
     for column in ("val/e2e/mAP50-95", "val/nms/mAP50-95", "val/mAP50-95", "train/o2o_box_epoch"):
@@ -204,9 +205,9 @@ def test_fit_reads_a_dota_folder_probed_or_named(
 
 
 def test_fit_trains_with_the_authors_default_augmentation_unless_the_scale_policy_is_asked(
-    small_synthetic: Callable[[str], Path],
+    small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    from lucid_train.cli import _datamodule, build_parser
+    from lucid_train.cli import LucidCLI
     from lucid_train.data import AugmentConfig
 
     root = str(small_synthetic("segment"))
@@ -214,22 +215,25 @@ def test_fit_trains_with_the_authors_default_augmentation_unless_the_scale_polic
         ([], AugmentConfig()),  # default.yaml: no copy-paste, scale 0.5, no mixup
         (["--data.scale_policy"], AugmentConfig.for_variant("s")),
     ):
-        args = build_parser().parse_args(
-            ["fit", "--model", "yolo26s-seg", "--data.root", root, *flags]
-        )
-        dm = _datamodule(args, "segment", 64, 4, "s")
-        assert dm.augment == expected
+        cli = LucidCLI(
+            ["fit", "--model", "yolo26s-seg", "--data.root", root, *TINY, *flags,
+             "--run.root", str(tmp_path)],
+            run=False,
+        )  # fmt: skip
+        assert cli.datamodule.augment == expected
     assert AugmentConfig.for_variant("s").copy_paste > 0 == AugmentConfig().copy_paste
 
 
 def test_precision_auto_is_the_authors_amp_on_cuda_and_full_precision_elsewhere(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import torch
 
-    from lucid_train.cli import build_parser, resolve_precision
+    from lucid_train.cli import resolve_precision
 
-    assert build_parser().parse_args(["fit"]).precision == "auto"
+    with pytest.raises(SystemExit):
+        main(["fit", "--print_config"])
+    assert "\n  precision: auto\n" in capsys.readouterr().out
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_precision("auto", "auto") == "32-true"
     assert resolve_precision("auto", "gpu") == "32-true"  # no CUDA: nothing to mix on

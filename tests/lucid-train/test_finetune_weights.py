@@ -230,8 +230,8 @@ def test_fine_tuning_from_converted_weights_starts_below_scratch(
 def test_fit_prints_the_summary_and_refuses_weights_with_resume(
     small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``lucid fit --model.weights``: the one summary line; with ``--ckpt_path`` one error
-    line; an unreadable file one error line naming it."""
+    """``lucid fit --model.weights``: the one summary line; other weights given to a resume one
+    error line; an unreadable file one error line naming it."""
     authors = _authors_file(tmp_path / "yolo26n.pt", _module("yolo26n", 80))
     code = main(["fit", "--model.weights", str(authors), "--data.root",
                  str(small_synthetic("detect")), "--data.img_size", "64", "--data.batch_size",
@@ -242,9 +242,14 @@ def test_fit_prints_the_summary_and_refuses_weights_with_resume(
     assert code == 0
     lines = [line for line in out.splitlines() if line.startswith("weights: ")]
     assert len(lines) == 1 and "(the class branches: 3 classes here, 80 in the file)" in lines[0]
-    code = main(["fit", "--model.weights", str(authors), "--ckpt_path", str(authors)])
+    # a resume continues from its checkpoint's weights: other weights contradict the run's
+    # config.yaml and are refused in one line
+    last = tmp_path / "runs" / "detect" / "train" / "checkpoints" / "last.ckpt"
+    other = _authors_file(tmp_path / "other.pt", _module("yolo26n", 80))
+    code = main(["fit", "--model.weights", str(other), "--ckpt_path", str(last)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and "drop --model.weights" in err[0]
+    assert code == 2 and len(err) == 1 and "--model.weights" in err[0], err
+    assert "contradicts" in err[0]
     junk = tmp_path / "junk.pt"
     junk.write_text("not weights")
     code = main(["fit", "--model.weights", str(junk), "--data.root",

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
@@ -55,12 +55,20 @@ from lucid_train.model_spec import model_name, parse_model
 from lucid_train.nonfinite import FiniteLossGuard
 from lucid_train.optim import AccumulationPlan, resolve_accumulation
 from lucid_train.overlays import detections_to_numpy
-from lucid_train.recipe import OptimizerConfig, build_optimizer, build_schedule, choose_optimizer
+from lucid_train.recipe import (
+    OptimizerConfig,
+    OptimizerName,
+    build_optimizer,
+    build_schedule,
+    choose_optimizer,
+)
 from lucid_train.validation import DecodeSettings, ValidationScorer, format_table
 from lucid_train.weights import WeightsReport, load_weights
 
 __all__ = [
+    "SCHEMA_ARGUMENTS",
     "TASK_MODULES",
+    "CaptureMode",
     "DetectModule",
     "OBBModule",
     "OverlaySample",
@@ -68,11 +76,24 @@ __all__ = [
     "SegmentModule",
     "YOLOModule",
     "module_class",
+    "schema_arguments",
 ]
 
 OVERLAY_IMAGES = 4  # validation images drawn with their predictions under runs/
 CAPTURE_CAPACITY = 32  # padded targets per image when capture is on and no capacity is given
 CAPTURE_MODES = ("auto", "on", "off")
+CaptureMode = Literal["auto", "on", "off"]
+# The module arguments that describe the dataset's labels rather than the training: a fit takes
+# them from its data (`schema_arguments`), so ``lucid fit`` has no flag for them.
+SCHEMA_ARGUMENTS = (
+    "num_classes",
+    "class_names",
+    "category_ids",
+    "num_keypoints",
+    "keypoint_names",
+    "flip_index",
+    "skeleton",
+)
 PENDING_GRADIENTS_KEY = "pending_gradients"  # an open accumulation window's gradients
 
 
@@ -89,7 +110,8 @@ class YOLOModule(L.LightningModule):
     checkpoint alone rebuilds the module (`lucid_train.checkpoint.load_module`).
 
     Args:
-        model: the model name, ``yolo26<scale>`` with or without the task suffix.
+        model: the model name, ``yolo26<scale>`` with or without the task suffix
+            (``lucid fit --model yolo26s-seg``: the suffix picks the task and so the class).
         num_classes: ``C``.
         class_names: one name per class (for overlays and predictions).
         category_ids: the dataset's id of each class (COCO evaluation).
@@ -136,7 +158,7 @@ class YOLOModule(L.LightningModule):
         keypoint_names: Sequence[str] = (),
         flip_index: Sequence[int] = (),
         skeleton: Sequence[Sequence[int]] = (),
-        optimizer: str = "auto",
+        optimizer: OptimizerName = "auto",
         lr0: float | None = None,
         lrf: float = 0.01,
         momentum: float = 0.937,
@@ -148,7 +170,7 @@ class YOLOModule(L.LightningModule):
         accumulate: int | str = "auto",
         max_det: int = 300,
         img_size: int = 640,
-        capture: str = "auto",
+        capture: CaptureMode = "auto",
         capture_network: bool = True,
         capture_loss: bool = True,
         loss_capacity: int | None = None,
@@ -668,3 +690,16 @@ TASK_MODULES: dict[Task, type[YOLOModule]] = {
 def module_class(task: Task) -> type[YOLOModule]:
     """The LightningModule class of a task."""
     return TASK_MODULES[task]
+
+
+def schema_arguments(schema: DatasetSchema) -> dict[str, Any]:
+    """The `SCHEMA_ARGUMENTS` of a module trained on data with ``schema``."""
+    return {
+        "num_classes": schema.num_classes,
+        "class_names": schema.class_names,
+        "category_ids": schema.category_ids,
+        "num_keypoints": schema.num_keypoints if schema.task == "pose" else None,
+        "keypoint_names": schema.keypoint_names,
+        "flip_index": schema.flip_index,
+        "skeleton": schema.skeleton,
+    }

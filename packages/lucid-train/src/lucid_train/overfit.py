@@ -20,9 +20,13 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lucid_train.data.records import Task
+
+if TYPE_CHECKING:
+    from lucid_train.module import CaptureMode
+    from lucid_train.recipe import OptimizerName
 
 __all__ = ["PRESETS", "OverfitSpec", "main", "run_overfit"]
 
@@ -54,13 +58,13 @@ class OverfitSpec:
     img_size: int = 128
     batch_size: int = 2
     epochs: int = 100
-    optimizer: str = "AdamW"
+    optimizer: OptimizerName = "AdamW"
     lr0: float | None = 0.002
     warmup_epochs: float = 2.0
     precision: str = "32-true"
     accelerator: str = "cpu"
     seed: int = 0
-    capture: str = "auto"
+    capture: CaptureMode = "auto"
     workers: int = 0
     accumulate: int = 1
 
@@ -100,7 +104,7 @@ def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
     import lightning as L
 
     from lucid_train.data import AugmentConfig, LucidDataModule, SyntheticSpec
-    from lucid_train.module import module_class
+    from lucid_train.module import module_class, schema_arguments
     from lucid_train.runs import build_trainer
 
     L.seed_everything(spec.seed, workers=True)
@@ -120,16 +124,9 @@ def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
         synthetic=SyntheticSpec(num_train=spec.images, num_val=2, min_side=128, max_side=192),
     )
     dm.setup("fit")
-    s = dm.schema
     module = module_class(spec.task)(
         spec.model,
-        num_classes=s.num_classes,
-        class_names=s.class_names,
-        category_ids=s.category_ids,
-        num_keypoints=s.num_keypoints if spec.task == "pose" else None,
-        keypoint_names=s.keypoint_names,
-        flip_index=s.flip_index,
-        skeleton=s.skeleton,
+        **schema_arguments(dm.schema),
         optimizer=spec.optimizer,
         lr0=spec.lr0,
         warmup_epochs=spec.warmup_epochs,

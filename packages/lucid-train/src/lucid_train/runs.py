@@ -4,6 +4,7 @@ Layout of ``runs/<task>/<name>/``::
 
     checkpoints/last.ckpt, checkpoints/best.ckpt   # last: each epoch start; best: val/mAP50-95
     metrics.csv, hparams.yaml                      # RunCSVLogger (kept across a resume)
+    config.yaml                                    # the lucid fit config (`lucid_train.cli`)
     losses.png, metrics.png                        # curves, redrawn every epoch
     overlays/val_<i>.jpg                           # e2e predictions on a few validation images
     labels.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png,

@@ -36,17 +36,19 @@ class LucidDataModule(L.LightningDataModule):
 
     Args:
         task: ``detect``, ``segment``, ``pose`` or ``obb``.
-        data: dataset folder (or YOLO ``data.yaml``); None uses the built-in synthetic set.
-        layout: on-disk layout, or ``auto`` to probe (`lucid_train.data.layout`).
+        root: dataset folder (or YOLO ``data.yaml``); None uses the built-in synthetic set.
+        format: on-disk layout, or ``auto`` to probe (`lucid_train.data.layout`).
         img_size: square canvas side of every batch (a multiple of 32).
         batch_size: images per optimizer-step batch over all devices together, the authors'
             ``batch``: each of ``N`` data-parallel ranks loads ``batch_size / N`` (which must
             divide evenly; assumptions.md T86), its mosaic partner pool too.
         num_workers: loader processes per rank; None picks ``min(device batch, cpu count / N -
             1)``.
-        augment: training augmentation; None takes `AugmentConfig.for_variant` when ``variant``
-            is given, else the defaults of record.
-        variant: model scale ``n s m l x`` for the per-scale augmentation policy.
+        augment: training augmentation; None takes the defaults of record (the authors'
+            ``default.yaml``), or `AugmentConfig.for_variant` with ``scale_policy``.
+        variant: the model scale ``n s m l x`` (``lucid fit`` sets it from ``--model``).
+        scale_policy: train with the recipe study's per-scale augmentation of ``variant``
+            (assumptions.md D1) instead of the defaults of record.
         seed: shuffling and augmentation seed.
         train_split, val_split, test_split: split names on disk.
         cache_dir: where synthetic sets are generated (default `synthetic.default_cache_dir`).
@@ -71,14 +73,15 @@ class LucidDataModule(L.LightningDataModule):
     def __init__(
         self,
         task: Task,
-        data: str | Path | None = None,
+        root: str | Path | None = None,
         *,
-        layout: Layout | Literal["auto"] = "auto",
+        format: Layout | Literal["auto"] = "auto",
         img_size: int = 640,
         batch_size: int = 16,
         num_workers: int | None = None,
         augment: AugmentConfig | None = None,
         variant: str | None = None,
+        scale_policy: bool = False,
         seed: int = 0,
         train_split: str = "train",
         val_split: str = "val",
@@ -105,15 +108,17 @@ class LucidDataModule(L.LightningDataModule):
             raise ValueError(f"img_size: expected a positive multiple of 32, got {img_size}")
         if batch_size <= 0:
             raise ValueError(f"batch_size: expected > 0, got {batch_size}")
+        if scale_policy and augment is None and not variant:
+            raise ValueError("scale_policy: needs the model scale, variant='n' ... 'x'")
         self.task: Task = task
-        self.data = None if data is None else Path(data)
-        self.layout: Layout | Literal["auto"] = layout
+        self.data = None if root is None else Path(root)
+        self.layout: Layout | Literal["auto"] = format
         self.img_size = img_size
         self.batch_size = batch_size
         self._auto_workers = num_workers is None
         self.num_workers = self._workers(1) if num_workers is None else num_workers
         self.augment = augment or (
-            AugmentConfig.for_variant(variant) if variant else AugmentConfig()
+            AugmentConfig.for_variant(variant) if scale_policy and variant else AugmentConfig()
         )
         self.seed = seed
         self.splits = {"train": train_split, "val": val_split, "test": test_split or val_split}

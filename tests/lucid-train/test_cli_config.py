@@ -1,0 +1,280 @@
+"""``lucid`` as a LightningCLI: ``--print_config`` fed back with ``--config`` reproduces a run,
+the run folder keeps its ``config.yaml`` and a resume that contradicts it is refused in one line,
+short model names pick the task, callbacks and loggers come by class path, and ``lucid fit``
+with no argument still builds the main job. Apart from one tiny fit, the command is built and
+not run (``LucidCLI(..., run=False)``)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from lucid_train.checkpoint import read_checkpoint_info
+from lucid_train.cli import CONFIG_FILE, LucidCLI, RunConfig, main
+from lucid_train.data.records import Task
+
+TINY = ["--data.img_size", "64", "--data.batch_size", "4", "--data.num_workers", "0"]
+
+
+def _printed(argv: list[str]) -> str:
+    """What ``lucid <argv> --print_config`` writes (it exits 0)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        main([*argv, "--print_config"])
+    assert done.value.code in (0, None)
+    return out.getvalue()
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@dataclass
+class PrintedRun:
+    flags: list[str]  # after `fit`
+    config: Path  # their --print_config output
+    run_dir: Path  # the run `lucid fit --config <config>` wrote
+    data: Path
+
+    @property
+    def last(self) -> Path:
+        return self.run_dir / "checkpoints" / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def printed_run(
+    small_synthetic: Callable[[Task], Path], tmp_path_factory: pytest.TempPathFactory
+) -> PrintedRun:
+    """A run started from the printed config of a command line that sets hyper-parameters
+    away from their defaults (one training batch, one epoch)."""
+    base = tmp_path_factory.mktemp("printed")
+    data = small_synthetic("detect")
+    flags = [
+        "--data.root", str(data), *TINY, "--model.optimizer", "SGD", "--model.lr0", "0.003",
+        "--model.warmup_epochs", "0.5", "--model.max_det", "50",
+        "--trainer.accumulate_grad_batches", "2", "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1",
+        "--data.scale_policy", "--trainer.deterministic", "--seed_everything", "3",
+        "--run.root", str(base / "runs"), "--run.name", "printed",
+    ]  # fmt: skip
+    config = base / "run.yaml"
+    config.write_text(_printed(["fit", *flags]))
+    assert main(["fit", "--config", str(config)]) == 0
+    return PrintedRun(flags, config, base / "runs" / "detect" / "printed", data)
+
+
+def test_print_config_fed_back_with_config_reproduces_the_runs_hyper_parameters(
+    printed_run: PrintedRun, tmp_path: Path
+) -> None:
+    trained = read_checkpoint_info(printed_run.last).hyper_parameters
+    from_flags = LucidCLI(["fit", *printed_run.flags, "--run.root", str(tmp_path)], run=False)
+    assert dict(from_flags.model.hparams) == trained
+    expected = {"optimizer": "SGD", "lr0": 0.003, "warmup_epochs": 0.5, "max_det": 50,
+                "accumulate": 2, "img_size": 64, "model": "yolo26n", "task": "detect"}  # fmt: skip
+    assert {k: trained[k] for k in expected} == expected
+    # the run folder keeps the config that produced it, as --print_config wrote it
+    saved = yaml.safe_load((printed_run.run_dir / CONFIG_FILE).read_text())
+    assert saved == yaml.safe_load(printed_run.config.read_text())
+    assert saved["trainer"]["limit_train_batches"] == 1  # a count, not the fraction 1.0
+    assert saved["data"]["scale_policy"] is True and saved["trainer"]["deterministic"] is True
+
+
+@pytest.mark.parametrize(
+    ("flags", "shown"),
+    [
+        (["--trainer.max_epochs", "3"], "--trainer.max_epochs 3 contradicts trainer.max_epochs: 1"),
+        (["--model", "yolo26n-seg"], "--model.model yolo26n-seg contradicts model.model: yolo26n"),
+        (["--model.lr0", "0.1"], "--model.lr0 0.1 contradicts model.lr0: 0.003"),
+    ],
+)
+def test_a_resume_flag_that_contradicts_the_runs_config_is_refused_in_one_line(
+    printed_run: PrintedRun, flags: list[str], shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["fit", *printed_run.flags, "--ckpt_path", str(printed_run.last), *flags])
+    line = _one_line(capsys.readouterr().err)
+    assert code == 2
+    assert line.startswith(f"lucid fit: error: resuming {printed_run.run_dir}: ")
+    assert shown in line and str(printed_run.run_dir / CONFIG_FILE) in line
+
+
+def test_a_resume_config_file_is_checked_like_flags(
+    printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("data:\n  batch_size: 2\n")
+    code = main(["fit", "--ckpt_path", str(printed_run.last), "--config", str(other)])
+    line = _one_line(capsys.readouterr().err)
+    assert code == 2 and "--data.batch_size 2 contradicts data.batch_size: 4" in line
+
+
+def test_a_resume_reads_the_runs_config_whatever_else_is_given(printed_run: PrintedRun) -> None:
+    """No flag, or the same flags again: the run's config, its folder, no second config.yaml
+    written; the resumed module is the checkpoint's."""
+    before = sorted(p.name for p in printed_run.run_dir.parent.iterdir())
+    saved = (printed_run.run_dir / CONFIG_FILE).read_text()
+    trained = read_checkpoint_info(printed_run.last).hyper_parameters
+    for flags in ([], printed_run.flags):
+        cli = LucidCLI(["fit", *flags, "--ckpt_path", str(printed_run.last)], run=False)
+        assert cli.run_dir == printed_run.run_dir
+        assert dict(cli.model.hparams) == trained
+        assert cli.datamodule.root == printed_run.data and cli.datamodule.batch_size == 4
+        assert cli.trainer.max_epochs == 1
+        assert not any(isinstance(cb, RunConfig) for cb in cli.trainer.callbacks)
+    assert sorted(p.name for p in printed_run.run_dir.parent.iterdir()) == before
+    assert (printed_run.run_dir / CONFIG_FILE).read_text() == saved
+
+
+def test_a_run_without_config_yaml_resumes_with_its_checkpoints_hyper_parameters(
+    printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run folder written before config.yaml existed: the checkpoint's hyper-parameters stand
+    in for it (module arguments, canvas, accumulation), and are checked the same way."""
+    old = tmp_path / "old" / "checkpoints" / "last.ckpt"
+    old.parent.mkdir(parents=True)
+    shutil.copy(printed_run.last, old)
+    data = ["--data.root", str(printed_run.data), "--data.num_workers", "0"]
+    cli = LucidCLI(["fit", "--ckpt_path", str(old), *data], run=False)
+    assert dict(cli.model.hparams) == read_checkpoint_info(old).hyper_parameters
+    assert cli.datamodule.img_size == 64 and cli.run_dir == old.parent.parent
+    assert main(["fit", "--ckpt_path", str(old), *data, "--model.optimizer", "AdamW"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "--model.optimizer AdamW contradicts model.optimizer: SGD" in line and str(old) in line
+
+
+@pytest.mark.parametrize(
+    ("flags", "module", "task"),
+    [
+        (["--model", "yolo26n"], "DetectModule", "detect"),
+        (["--model", "yolo26s-seg"], "SegmentModule", "segment"),
+        (["--model=yolo26n-pose"], "PoseModule", "pose"),
+        (["--model.model", "yolo26n-obb"], "OBBModule", "obb"),
+    ],
+)
+def test_short_model_names_pick_the_task_and_its_module(
+    flags: list[str], module: str, task: Task, small_synthetic: Callable[[Task], Path],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    argv = ["fit", *flags, "--data.root", str(small_synthetic(task)), *TINY]
+    cli = LucidCLI([*argv, "--run.root", str(tmp_path)], run=False)
+    assert type(cli.model).__name__ == module and cli.datamodule.task == task
+    assert cli.model.hparams["model"] == flags[-1].removeprefix("--model=")
+    assert cli.run_dir == tmp_path / task / "train"
+    assert "\n  model: " + flags[-1].removeprefix("--model=") in _printed(argv)
+
+
+def test_fit_with_no_arguments_builds_the_main_job(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """assumptions.md T61 and T62: yolo26n on the task's built-in set (generated by
+    `synthetic_dataset` with its defaults; a small one stands in), 320 px, batch 16, 6 epochs,
+    optimizer auto, accumulation auto, the authors' augmentation, precision auto, seed 0, the
+    run's callbacks and CSV log; on the CPU the loader workers keep their cores."""
+    import lucid_train.data.datamodule as datamodule
+    from lucid_train.data import AugmentConfig
+    from lucid_train.last_checkpoint import LastCheckpoint
+    from lucid_train.metrics_log import RunCSVLogger
+    from lucid_train.module import DetectModule
+    from lucid_train.optim import EMACallback
+    from lucid_train.runs import EpochThroughput, IntervalProgressBar, RunArtifacts
+
+    asked: list[tuple[Any, ...]] = []
+
+    def built_in(task: Task, *, cache_dir: Any = None, spec: Any = None) -> Path:
+        asked.append((task, cache_dir, spec))
+        return small_synthetic(task)
+
+    monkeypatch.setattr(datamodule, "synthetic_dataset", built_in)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    try:
+        cli = LucidCLI(["fit"], run=False)
+        assert torch.get_num_threads() == max(1, (os.cpu_count() or 1) - cli.datamodule.num_workers)
+    finally:
+        torch.set_num_threads(threads)
+    assert asked == [("detect", None, None)]
+    assert type(cli.model) is DetectModule
+    hp = cli.model.hparams
+    assert (hp["model"], hp["img_size"], hp["lr0"]) == ("yolo26n", 320, None)
+    assert hp["warmup_epochs"] == 3.0
+    assert (hp["optimizer"], hp["accumulate"], hp["capture"]) == ("auto", "auto", "auto")
+    dm = cli.datamodule
+    assert (dm.img_size, dm.batch_size, dm.augment, dm.seed) == (320, 16, AugmentConfig(), 0)
+    trainer = cli.trainer
+    assert trainer.max_epochs == 6 and trainer.check_val_every_n_epoch == 1
+    assert trainer.precision == "32-true" and trainer.accumulate_grad_batches == 1
+    assert trainer.gradient_clip_val == 10.0 and trainer.num_sanity_val_steps == 0
+    kinds = [type(cb) for cb in trainer.callbacks]
+    for kind in (LastCheckpoint, EMACallback, RunArtifacts, EpochThroughput, IntervalProgressBar):
+        assert kind in kinds
+    assert RunConfig in kinds  # writes config.yaml when the fit starts
+    assert isinstance(trainer.loggers[0], RunCSVLogger)
+    assert cli.run_dir == Path("runs") / "detect" / "train"
+    assert _printed(["fit"]).count("\n  precision: auto\n") == 1
+
+
+def test_callbacks_and_loggers_given_by_class_path_join_the_runs_own(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path
+) -> None:
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    from lucid_train.metrics_log import RunCSVLogger
+
+    argv = [
+        "fit", "--data.root", str(small_synthetic("detect")), *TINY,
+        "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor",
+        "--trainer.callbacks.logging_interval", "step",
+        "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+        "--trainer.logger.save_dir", str(tmp_path / "extra"),
+        "--run.root", str(tmp_path / "runs"),
+    ]  # fmt: skip
+    config = tmp_path / "run.yaml"
+    config.write_text(_printed(argv))
+    for given in (argv, ["fit", "--config", str(config)]):
+        trainer = LucidCLI(given, run=False).trainer
+        monitors = [cb for cb in trainer.callbacks if isinstance(cb, LearningRateMonitor)]
+        assert len(monitors) == 1 and monitors[0].logging_interval == "step"
+        assert any(isinstance(cb, ModelCheckpoint) for cb in trainer.callbacks)  # best.ckpt
+        assert isinstance(trainer.checkpoint_callback, ModelCheckpoint)
+        assert any(isinstance(cb, RunConfig) for cb in trainer.callbacks)
+        assert isinstance(trainer.loggers[0], RunCSVLogger)
+        extra = [lg for lg in trainer.loggers if type(lg) is CSVLogger]
+        assert len(extra) == 1 and Path(extra[0].save_dir) == tmp_path / "extra"
+
+
+def test_switches_of_the_old_command_still_take_no_value() -> None:
+    printed = yaml.safe_load(_printed(["fit", "--trainer.deterministic", "--data.scale_policy"]))
+    assert printed["trainer"]["deterministic"] is True
+    assert printed["data"]["scale_policy"] is True
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--model", "yolo27n"], "model 'yolo27n': expected e.g. yolo26n"),
+        (["--trainer.accumulate_grad_batches", "0"], "accumulate must be 'auto' or a positive"),
+        (["--data.render", "gpu"], "data.render"),
+    ],
+)
+def test_a_malformed_flag_is_a_usage_error(
+    flags: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["fit", *flags])
+    assert done.value.code == 2
+    assert said in capsys.readouterr().err
