@@ -199,9 +199,8 @@ def run_ours(
         result["epoch_img_s"] = [round(float(r["time/train_images_per_s"]), 1) for r in rows]
         result["img_s"] = round(statistics.fmean(steady), 1) if steady else None
         # GPU utilisation over the steady epochs' own windows (first batch to last, as timed)
-        marks = [json.loads(line) for line in marks_file.read_text().splitlines()] if (
-            marks_file.is_file()) else []  # fmt: skip
-        steady_marks = [m for m in marks if m["epoch"] >= 1]
+        lines = marks_file.read_text().splitlines() if marks_file.is_file() else []
+        steady_marks = [m for m in map(json.loads, lines) if m["epoch"] >= 1]
         if steady_marks:
             result["gpu_util"] = gpu.mean_between(steady_marks[0]["start"], steady_marks[-1]["end"])
     return result

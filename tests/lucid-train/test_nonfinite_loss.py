@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,23 +61,35 @@ class _PoisonAt(DetectModule):
         return terms
 
 
-def test_injected_nan_stops_the_run_with_step_and_term_and_writes_no_checkpoint(
-    small_synthetic: Callable[[str], Path], tmp_path: Path
-) -> None:
+def _tiny_detect_data(small_synthetic: Callable[[str], Path]) -> LucidDataModule:
+    """The built-in detect set at 64 px, batch 4, in-process loading, seeded and set up."""
     L.seed_everything(0)
     dm = LucidDataModule(
         "detect", small_synthetic("detect"), img_size=64, batch_size=4, num_workers=0
     )
     dm.setup("fit")
-    module = _PoisonAt("yolo26n", num_classes=dm.schema.num_classes)
-    before = {k: v.clone() for k, v in module.state_dict().items()}
-    trainer = build_trainer(
-        tmp_path,
+    return dm
+
+
+def _two_epoch_trainer(run_dir: Path, callbacks: Sequence[L.Callback] = ()) -> L.Trainer:
+    """A quiet two-epoch Trainer writing ``run_dir`` (so checkpoints can be looked for)."""
+    return build_trainer(
+        run_dir,
         max_epochs=2,
         enable_progress_bar=False,
         enable_model_summary=False,
         limit_val_batches=1,
+        callbacks=callbacks,
     )
+
+
+def test_injected_nan_stops_the_run_with_step_and_term_and_writes_no_checkpoint(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    dm = _tiny_detect_data(small_synthetic)
+    module = _PoisonAt("yolo26n", num_classes=dm.schema.num_classes)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    trainer = _two_epoch_trainer(tmp_path)
     with pytest.raises(NonFiniteLossError) as err:
         trainer.fit(module, datamodule=dm)
     message = str(err.value)
@@ -181,11 +193,7 @@ def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_check
     the verdict skips the step on the device) instead of gating the step on the host."""
     if fused:
         monkeypatch.setattr("lucid_train.recipe._on_cuda", lambda model: True)
-    L.seed_everything(0)
-    dm = LucidDataModule(
-        "detect", small_synthetic("detect"), img_size=64, batch_size=4, num_workers=0
-    )
-    dm.setup("fit")
+    dm = _tiny_detect_data(small_synthetic)
     module = _PoisonAt("yolo26n", num_classes=dm.schema.num_classes, accumulate=1)
     module.finite_guard.lagged = True
     seen: list[dict[str, torch.Tensor]] = []
@@ -194,14 +202,7 @@ def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_check
         def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
             seen.append({k: p.detach().clone() for k, p in pl_module.named_parameters()})
 
-    trainer = build_trainer(
-        tmp_path,
-        max_epochs=2,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=1,
-        callbacks=[_Weights()],
-    )
+    trainer = _two_epoch_trainer(tmp_path, callbacks=[_Weights()])
     with pytest.raises(NonFiniteLossError, match="global step 2") as err:
         trainer.fit(module, datamodule=dm)
     assert err.value.terms[0].startswith("o2o_")
