@@ -15,7 +15,8 @@ do; elsewhere (the GPU machine has torch preinstalled and no network) it install
 the interpreter it is started with and skips, saying why, when that interpreter's Python/torch
 pair is not the session's. `LUCID_GPU_ENV=build|current` forces the choice; the session prints
 which it took. Unless the flags choose otherwise it runs the tests side by side with
-pytest-xdist (`-n <cores - 2> --dist=worksteal`), so the whole session fits one 10-minute call.
+pytest-xdist (`-n <cores - 2> --dist=loadgroup`: the `heavy` tests first, one fixture's
+tests on one worker), so the whole session fits one 10-minute call.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproje
 EXTRA_TEST_DIRS = ["e2e", "workspace"]
 PYTHONS = ["3.11", "3.12", "3.13"]
 TORCH_GROUPS = {"2.9": "torch29", "2.11": "torch211"}  # dependency groups in pyproject.toml
+PREBUILD_FONTS = (
+    "import importlib.util as u\nif u.find_spec('matplotlib'): import matplotlib.font_manager"
+)
 NO_TESTS_COLLECTED = 5  # pytest's exit code for an empty selection
 
 
@@ -154,7 +158,28 @@ def parallel_flags(flags: Sequence[str], cores: int | None) -> list[str]:
     if "no:xdist" in plugins:
         return []
     workers = (cores or 1) - 2  # leave the main process and the device's feeder a core each
-    return [f"-n{workers}", "--dist=worksteal"] if workers >= 2 else []
+    return [f"-n{workers}", "--dist=loadgroup"] if workers >= 2 else []
+
+
+def worker_threads(flags: Sequence[str], cores: int | None) -> dict[str, str]:
+    """CPU threads per xdist worker (``OMP_NUM_THREADS``/``MKL_NUM_THREADS``): the cores shared
+    out, at least one. Left alone when the caller set them or the tests run in one process: torch
+    otherwise starts a thread per core in every worker, and fourteen workers' CPU ops then fight
+    over sixteen cores (the GPU session's main cost after its fits)."""
+    workers = 0
+    for prev, flag in itertools.pairwise(["", *flags]):
+        if prev in ("-n", "--numprocesses"):
+            value = flag
+        elif flag.startswith(("-n", "--numprocesses=")):
+            value = flag.removeprefix("--numprocesses=").removeprefix("-n")
+        else:
+            continue
+        if value.isdigit():
+            workers = int(value)
+    if workers < 2 or any(k in os.environ for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")):
+        return {}
+    n = str(max(1, (cores or 1) // workers))
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
 
 
 def registry_reachable(url: str | None = None, timeout: float = 3.0) -> bool:
@@ -231,6 +256,13 @@ def _gpu_session(py: str, torch_version: str) -> Callable[[nox.Session], None]:
         extra = parallel_flags(flags, os.cpu_count()) if xdist.returncode == 0 else []
         if extra:
             session.log(f"running side by side: {' '.join(extra)}")
+        threads = worker_threads([*extra, *flags], os.cpu_count())
+        if threads:
+            session.log(f"CPU threads per worker: {threads['OMP_NUM_THREADS']}")
+        env.update(threads)
+        # matplotlib builds its font list on first import where none is cached (a fresh GPU
+        # machine): build it once here, not once in every worker at the same moment.
+        session.run(python, "-c", PREBUILD_FONTS, env=env, external=True, silent=True)
         _run_pytest(
             session, "-m", "gpu", *extra, *flags, *names, python=python, env=env, external=True
         )

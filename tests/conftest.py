@@ -1,15 +1,40 @@
-"""Repo-wide test policy: `gpu` tests skip without CUDA, and say so."""
+"""Repo-wide test policy: `gpu` tests skip without CUDA, and say so; with CUDA the `heavy` ones
+run first, heaviest first.
+
+`LUCID_TEST_TIMES=<file>` appends one line per finished test (outcome, seconds, node id) as it
+finishes, so a session cut short by a time limit still says where its time went.
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
 
+def _weight(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("heavy")
+    return float(mark.args[0]) if mark and mark.args else 0.0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if torch.cuda.is_available():
+        # Heaviest first: with xdist's load distribution (round robin, then one at a time) the
+        # long fits start on separate workers at once instead of ending the session one by one.
+        items.sort(key=_weight, reverse=True)
         return
     skip = pytest.mark.skip(reason="needs CUDA: run the GPU nox session on a GPU machine")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = os.environ.get("LUCID_TEST_TIMES")
+    # Under xdist the controller sees every worker's reports; a worker writes nothing itself.
+    if not path or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if report.when == "call" or report.outcome != "passed":
+        with open(path, "a", encoding="utf-8") as log:
+            log.write(f"{report.outcome}\t{report.when}\t{report.duration:.1f}\t{report.nodeid}\n")

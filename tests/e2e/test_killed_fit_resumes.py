@@ -130,7 +130,11 @@ class Chain:
     resumed_orders: list[dict[int, list[str]]]
 
 
-@pytest.fixture(scope="module", params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+# The GPU chain's tests share one worker (loadgroup) and start first: the chain is five fits.
+GPU_CHAIN = (pytest.mark.gpu, pytest.mark.heavy(5), pytest.mark.xdist_group("killed-fit-gpu"))
+
+
+@pytest.fixture(scope="module", params=["cpu", pytest.param("gpu", marks=GPU_CHAIN)])
 def chain(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Chain:
     flags = CPU_FLAGS if request.param == "cpu" else GPU_FLAGS
     base = tmp_path_factory.mktemp(f"killed-{request.param}")

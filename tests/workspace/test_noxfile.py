@@ -89,9 +89,9 @@ def test_posargs_word_that_is_neither_folder_nor_flag_value_is_refused(posargs: 
 @pytest.mark.parametrize(
     ("flags", "cores", "expected"),
     [
-        ([], 16, ["-n14", "--dist=worksteal"]),
-        (["-k", "trainer"], 16, ["-n14", "--dist=worksteal"]),
-        ([], 4, ["-n2", "--dist=worksteal"]),
+        ([], 16, ["-n14", "--dist=loadgroup"]),
+        (["-k", "trainer"], 16, ["-n14", "--dist=loadgroup"]),
+        ([], 4, ["-n2", "--dist=loadgroup"]),
         ([], 2, []),
         ([], None, []),
         (["-n", "8"], 16, []),
@@ -101,8 +101,8 @@ def test_posargs_word_that_is_neither_folder_nor_flag_value_is_refused(posargs: 
         (["-p", "no:xdist"], 16, []),
         (["-pno:xdist"], 16, []),
         # Another plugin flag keeps the default (it once disabled it: a serial 10-minute run).
-        (["-rfE", "-pno:cacheprovider"], 16, ["-n14", "--dist=worksteal"]),
-        (["-p", "no:cacheprovider"], 16, ["-n14", "--dist=worksteal"]),
+        (["-rfE", "-pno:cacheprovider"], 16, ["-n14", "--dist=loadgroup"]),
+        (["-p", "no:cacheprovider"], 16, ["-n14", "--dist=loadgroup"]),
     ],
 )
 def test_gpu_session_runs_side_by_side_unless_the_flags_choose(
@@ -234,3 +234,28 @@ def test_ci_runs_the_default_lane_and_the_matrixs_far_corner() -> None:
     }  # fmt: skip
     assert set(sessions) <= known
     assert " ".join(words) in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("flags", "cores", "expected"),
+    [
+        (["-n14", "--dist=worksteal"], 16, "1"),
+        (["-n", "4"], 16, "4"),
+        (["--numprocesses=2"], 16, "8"),
+        (["-rfE"], 16, None),  # one process: torch keeps its own thread count
+        (["-n1"], 16, None),
+    ],
+)
+def test_gpu_session_shares_the_cores_out_among_its_workers(
+    flags: list[str], cores: int, expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    threads = NOXFILE.worker_threads(flags, cores)
+    assert threads.get("OMP_NUM_THREADS") == expected
+    assert threads.get("MKL_NUM_THREADS") == expected
+
+
+def test_gpu_session_keeps_a_thread_count_the_caller_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert NOXFILE.worker_threads(["-n14"], 16) == {}
