@@ -70,9 +70,10 @@ def _assert_ranks_agree(ranks: list[dict[str, Any]]) -> None:
         assert [k for k in shared if not same(r0[k], other["state"][k])] == []
 
 
-# With the GradScaler (16-mixed, whose verdict the ranks agree on) and without it (bf16); the
-# fp32 route differs from these only in autocast, which the trainer parity matrix runs per task.
-@pytest.mark.parametrize(("precision", "accumulate"), [("16-mixed", "2"), ("bf16-mixed", "1")])
+# With the GradScaler (16-mixed, whose verdict the ranks agree on), without it (bf16) and fp32.
+@pytest.mark.parametrize(
+    ("precision", "accumulate"), [("16-mixed", "2"), ("bf16-mixed", "1"), ("32-true", "1")]
+)
 def test_world_size_one_ddp_replay_matches_eager_bitwise(
     small_synthetic: Callable[[Task], Path], tmp_path: Path, precision: str, accumulate: str
 ) -> None:

@@ -7,11 +7,12 @@ reaches the fused AdamW step on the device, from the GradScaler under 16-mixed a
 non-finite guard under 32-true (assumptions T64, T66). Captured and eager. The CPU twin is
 ``test_host_reads.py``.
 
-One sync per window is tolerated, and only with capture on: on the H200 (2026-12-01) the
-16-mixed captured case showed exactly one in its window (the grad scaler's one per step is gone),
-which torch attributes to the ``set_sync_debug_mode`` call that closes the window, i.e. it was
-raised where no Python frame was running and stays unlocated (docs/benchmarks/peer-speed.md).
-A sync per step fails this test in every case.
+One sync per window is tolerated: on the H200 (2026-12-01) the 16-mixed case showed exactly one
+in its window, first with capture on (13:26), then with capture off (16:02, one CPU thread per
+test worker), each time attributed by torch to the ``set_sync_debug_mode`` call that closes the
+window, so it was raised where no Python frame of ours was running and stays unlocated
+(docs/benchmarks/peer-speed.md). The window holds at least three steps, so a sync per step
+(the GradScaler's host read before the fused step, a loss read) fails this test in every case.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ def test_steady_batches_never_wait_on_the_gpu(
         window.close()
     syncs = [w for w in window.seen if "synchroniz" in str(w.message)]
     places = [f"{Path(w.filename).name}:{w.lineno}" for w in syncs]
-    assert window.steps >= 2
-    assert len(syncs) <= (1 if capture == "on" else 0), places
+    assert window.steps >= 3
+    assert len(syncs) <= 1, places
     if capture == "on":
         assert module.network_recorder.stats.replays >= window.steps
     # channels-last on CUDA (DESIGN §6): every 4-D weight

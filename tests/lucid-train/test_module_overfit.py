@@ -37,13 +37,9 @@ def test_micro_overfit_reaches_its_floor_on_cpu(task: str, tmp_path: Path) -> No
     assert metrics["mAP50-95"] >= float(doc["floor"]), metrics  # type: ignore[arg-type]
 
 
-# Capture on only. The 100-epoch fit is the GPU session's longest test, and what its capture-off
-# twin once caught (pose trained differently with the loss padded to the capture capacity,
-# docs/capture.md) is held directly by test_loss_targets.py's CUDA cases; that every task ends
-# in the same bits eager and replayed is the trainer parity suite's claim.
 @pytest.mark.gpu
 @pytest.mark.heavy(4)
-@pytest.mark.parametrize("capture", ["on"])
+@pytest.mark.parametrize("capture", ["on", "off"])
 @pytest.mark.parametrize("task", TASKS)
 def test_gpu_overfit_reaches_its_floor(task: str, capture: str, tmp_path: Path) -> None:
     doc = _golden("gpu", task)

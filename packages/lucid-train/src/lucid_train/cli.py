@@ -384,7 +384,7 @@ class LucidCLI(LightningCLI):
         if verb == "fit":
             self.datamodule = LucidDataModule(**_kwargs(cfg.data))
             self.datamodule.setup("fit")  # a split with no usable image stops here
-            _share_cores(str(cfg.trainer.accelerator), self.datamodule.num_workers)
+            _share_cores(self.datamodule.num_workers)
             task = self.datamodule.task
             model_args = _kwargs(cfg.model)
             if self.resume is not None:
@@ -591,14 +591,13 @@ def resolve_precision(precision: str, accelerator: str) -> str:
     return "16-mixed" if cuda else "32-true"
 
 
-def _share_cores(accelerator: str, workers: int) -> None:
-    """On the CPU, leave the loader workers their cores: intra-op threads = cores - workers
-    (oversubscribed OpenMP threads spin against the workers; assumptions.md T62). An explicit
-    ``OMP_NUM_THREADS`` wins."""
+def _share_cores(workers: int) -> None:
+    """Leave the loader workers their cores: intra-op threads = cores - workers, on the CPU and
+    beside a GPU alike (oversubscribed OpenMP threads spin against the workers; assumptions.md
+    T62). An explicit ``OMP_NUM_THREADS`` wins."""
     import torch
 
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
-    if on_cpu and "OMP_NUM_THREADS" not in os.environ:
+    if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
 
 

@@ -10,8 +10,7 @@ floor a run must reach::
     python -m lucid_train.overfit --task detect --preset gpu --capture on \\
         --write goldens/gpu/overfit_detect.json
 
-The GPU goldens are written with capture on and the GPU session runs them so; that capture off
-ends in the same bits is the trainer parity suite's claim, not the golden's.
+The GPU goldens are written with capture on; the GPU session runs each with capture on and off.
 """
 
 from __future__ import annotations
