@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import Tensor
 
-from lucid_kernels import SpatialAttention, attention_weights
+from lucid_kernels import attention_weights
 from lucid_kernels.attention import _Float32AttentionWeights
+from lucid_testing.attention_block import SpatialAttention
 
 LOW_PRECISION = [torch.float16, torch.bfloat16]
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
@@ -208,28 +209,3 @@ def test_island_gradients_return_in_input_dtype() -> None:
     assert q.grad is not None
     assert k.grad is not None
     assert (q.grad.dtype, k.grad.dtype) == (torch.float16, torch.float32)
-
-
-def test_spatial_attention_shapes_and_defaults() -> None:
-    """Default heads are dim // 64; the block keeps (B, C, H, W)."""
-    module = SpatialAttention(128)
-    assert (module.num_heads, module.head_dim, module.key_dim) == (2, 64, 32)
-    assert module.scale == 32**-0.5
-    assert module.qkv.conv.out_channels == 128 + 2 * 2 * 32
-    assert module.pe.conv.groups == 128
-    assert module(torch.randn(2, 128, 3, 5)).shape == (2, 128, 3, 5)
-    assert SpatialAttention(32).num_heads == 1
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"dim": 96, "num_heads": 5}, "dividing dim"),
-        ({"dim": 64, "num_heads": 0}, "num_heads >= 1"),
-        ({"dim": 64, "num_heads": 64, "attn_ratio": 0.5}, "key_dim"),
-    ],
-)
-def test_spatial_attention_rejects_bad_geometry(kwargs: dict[str, int], match: str) -> None:
-    """Heads must divide dim and leave a key_dim of at least 1."""
-    with pytest.raises(ValueError, match=match):
-        SpatialAttention(**kwargs)

@@ -28,7 +28,7 @@ class ConvBNNet(nn.Module):
         )
         self.attn: nn.Module = nn.Identity()
         if attention:
-            from lucid_kernels.attention import SpatialAttention
+            from lucid_testing.attention_block import SpatialAttention
 
             self.attn = SpatialAttention(2 * width, num_heads=1)
         self.cls = nn.Conv2d(2 * width, 4, 1)

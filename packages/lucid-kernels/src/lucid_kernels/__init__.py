@@ -3,14 +3,12 @@
 * :func:`host_split` moves per-image tensors to the host in one transfer.
 * :func:`pad_to_capacity` / :func:`unpad` lay ragged targets out at a fixed capacity with a
   validity mask, reporting (never truncating) what does not fit.
-* :func:`attention_weights` and :class:`SpatialAttention`: attention logits and softmax in at
-  least float32 under autocast.
+* :func:`attention_weights`: attention logits and softmax in at least float32 under autocast.
 * :func:`rle_negative_log_likelihood`: the keypoint RLE density in at least float32 under
   autocast.
 """
 
-from lucid_kernels.attention import SpatialAttention, attention_weights
-from lucid_kernels.conv import ConvBN
+from lucid_kernels.attention import attention_weights
 from lucid_kernels.density import rle_negative_log_likelihood, standard_normal_log_prob
 from lucid_kernels.host_split import host_split
 from lucid_kernels.padding import (
@@ -27,9 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CapacityExceededError",
     "CapacityReport",
-    "ConvBN",
     "Padded",
-    "SpatialAttention",
     "__version__",
     "attention_weights",
     "capacity_report",

@@ -1,4 +1,4 @@
-"""The float32 attention island and the YOLO-style ``SpatialAttention`` block that uses it.
+"""The float32 attention island: attention weights in at least float32 under autocast.
 
 Why an island: the attention logits ``q^T k`` sum ``key_dim`` products and can exceed float16's
 largest finite value (65504) *before* their scale is applied; under fp16 autocast they become
@@ -26,12 +26,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
 
-from lucid_kernels.conv import ConvBN
-
-__all__ = ["SpatialAttention", "attention_weights"]
+__all__ = ["attention_weights"]
 
 
 def _plain_weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
@@ -96,67 +94,3 @@ def attention_weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
         weights: Tensor = island(q, k, scale)  # type: ignore[no-untyped-call]
         return weights
     return _plain_weights(q, k, scale)
-
-
-class SpatialAttention(nn.Module):
-    """Multi-head self-attention over the pixels of a feature map, with a positional conv.
-
-    ``qkv`` (1x1 conv-BN) gives per head ``key_dim`` query, ``key_dim`` key and ``head_dim``
-    value channels; the weights ``softmax(q^T k * key_dim**-0.5)`` mix the values; a depthwise
-    3x3 conv-BN of the values (``pe``) is added and a 1x1 conv-BN (``proj``) projects the sum.
-
-    Args:
-        dim: channels ``C``, divisible by ``num_heads``.
-        num_heads: heads; default ``max(1, dim // 64)``.
-        attn_ratio: ``key_dim = int(head_dim * attn_ratio)`` with ``head_dim = dim // num_heads``.
-        float32_island: compute the weights through :func:`attention_weights` (float32 under
-            autocast). ``False`` runs the unprotected sequence, whose fp16 logits can overflow;
-            it exists so tests can show what the island prevents.
-
-    Shapes:
-        ``x``: ``(B, C, H, W)`` -> ``(B, C, H, W)``, same dtype as the convolutions give.
-    """
-
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int | None = None,
-        attn_ratio: float = 0.5,
-        *,
-        float32_island: bool = True,
-    ) -> None:
-        super().__init__()
-        heads = max(1, dim // 64) if num_heads is None else num_heads
-        if heads < 1 or dim % heads:
-            raise ValueError(f"expected num_heads >= 1 dividing dim ({dim}), got {heads}")
-        self.num_heads = heads
-        self.head_dim = dim // heads
-        self.key_dim = int(self.head_dim * attn_ratio)
-        if self.key_dim < 1:
-            raise ValueError(
-                f"expected key_dim = int(head_dim * attn_ratio) >= 1, got head_dim "
-                f"{self.head_dim} and attn_ratio {attn_ratio}; raise attn_ratio or use fewer heads"
-            )
-        self.scale = self.key_dim**-0.5
-        self.float32_island = float32_island
-        # Construction order qkv, proj, pe fixes which random numbers each layer draws.
-        self.qkv = ConvBN(dim, dim + 2 * self.key_dim * heads, 1, act=False)
-        self.proj = ConvBN(dim, dim, 1, act=False)
-        self.pe = ConvBN(dim, dim, 3, groups=dim, act=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """``(B, C, H, W)`` -> ``(B, C, H, W)``."""
-        B, C, H, W = x.shape
-        N = H * W
-        qkv = self.qkv(x)  # (B, C + 2 * heads * key_dim, H, W)
-        q, k, v = qkv.view(B, self.num_heads, 2 * self.key_dim + self.head_dim, N).split(
-            [self.key_dim, self.key_dim, self.head_dim], dim=2
-        )  # (B, h, key_dim, N), (B, h, key_dim, N), (B, h, head_dim, N)
-        if self.float32_island:
-            attn = attention_weights(q, k, self.scale)
-        else:
-            attn = _plain_weights(q, k, self.scale)  # (B, h, N, N)
-        # Without autocast attn already has v's dtype and .to() is a no-op (no autograd node).
-        out = (v @ attn.to(v.dtype).transpose(-2, -1)).view(B, C, H, W)
-        out = out + self.pe(v.reshape(B, C, H, W))
-        return self.proj(out)  # type: ignore[no-any-return]
