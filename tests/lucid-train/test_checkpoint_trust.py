@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from lucid_train.atomic_files import write_text
 from lucid_train.checkpoint import CheckpointError, load_checkpoint_file, read_checkpoint_info
 from lucid_train.checkpoint_io import AtomicCheckpointIO
 from lucid_train.cli import main
@@ -163,6 +164,18 @@ def test_a_plot_write_that_fails_midway_leaves_the_previous_one(
     with pytest.raises(OSError, match="No space"):
         plot_curves({"train/loss": [(0, 1.0), (1, 0.5), (2, 0.2)]}, png)
     assert png.read_bytes() == before
+    _no_temporaries(tmp_path)
+
+
+def test_a_text_write_that_fails_midway_leaves_the_previous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """predictions.json, results files, config.yaml: `write_text` is whole or nothing."""
+    target = write_text(tmp_path / "predictions.json", "[1]")
+    monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: _disk_full_midway(self))
+    with pytest.raises(OSError, match="No space"):
+        write_text(target, "[1, 2]")
+    assert target.read_text() == "[1]"
     _no_temporaries(tmp_path)
 
 

@@ -4,7 +4,8 @@
 the file is flushed to the disk and renamed over the target (``os.replace`` is atomic within one
 filesystem), so a crash, a kill or a full disk leaves the previous version or none, never a
 truncated one. An error inside the block removes the temporary file and leaves the target as it
-was. `append_durably` adds whole lines to a log that readers parse up to its last complete line.
+was. `save_image` and `write_text` are the two writes most callers need. `append_durably` adds
+whole lines to a log that readers parse up to its last complete line.
 """
 
 from __future__ import annotations
@@ -14,8 +15,19 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["append_durably", "atomic_path", "remove_stale_temporaries", "temporary_name"]
+if TYPE_CHECKING:
+    from PIL import Image
+
+__all__ = [
+    "append_durably",
+    "atomic_path",
+    "remove_stale_temporaries",
+    "save_image",
+    "temporary_name",
+    "write_text",
+]
 
 TEMP_MARK = ".tmp"
 
@@ -59,6 +71,21 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             os.unlink(tmp)
         raise
     _fsync_dir(target.parent)
+
+
+def save_image(image: Image.Image, path: str | Path, **options: Any) -> Path:
+    """Save a Pillow image to ``path`` whole or not at all (format from the suffix; ``options``
+    as for ``Image.save``, e.g. ``quality``)."""
+    with atomic_path(path) as tmp:
+        image.save(tmp, **options)
+    return Path(path)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 def append_durably(path: str | Path, text: str) -> None:

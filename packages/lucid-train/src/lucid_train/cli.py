@@ -46,7 +46,7 @@ import lightning as L
 from jsonargparse import Namespace, get_loader
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import write_text
 from lucid_train.checkpoint import (
     CheckpointError,
     CheckpointInfo,
@@ -576,8 +576,7 @@ class RunConfig(SaveConfigCallback):
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         text = self.parser.dump(self.config, skip_unset=False)
-        with atomic_path(self.path) as tmp:
-            tmp.write_text(text)
+        write_text(self.path, text)
 
 
 def resolve_precision(precision: str, accelerator: str) -> str:

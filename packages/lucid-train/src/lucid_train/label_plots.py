@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import save_image
 from lucid_train.charts import bar_chart, density_map
 from lucid_train.data.records import ImageRecord
 from lucid_train.report_plots import CLASS_COLOURS
@@ -82,6 +82,4 @@ def write_label_plots(stats: LabelStatistics, class_names: Sequence[str], path: 
     sheet = Image.new("RGB", (LABEL_PANEL[0] * len(panels), LABEL_PANEL[1]), "white")
     for i, panel in enumerate(panels):
         sheet.paste(panel, (i * LABEL_PANEL[0], 0))
-    with atomic_path(path) as tmp:
-        sheet.save(tmp)
-    return path
+    return save_image(sheet, path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw
 
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import save_image
 from lucid_train.metrics_log import read_rows
 
 __all__ = ["plot_curves", "read_epoch_series", "write_run_plots"]
@@ -81,9 +81,7 @@ def plot_curves(series: dict[str, list[tuple[int, float]]], path: Path, columns:
     for i, name in enumerate(names):
         panel = _panel(name, series.get(name, []))
         sheet.paste(panel, ((i % columns) * PANEL[0], (i // columns) * PANEL[1]))
-    with atomic_path(path) as tmp:
-        sheet.save(tmp)
-    return path
+    return save_image(sheet, path)
 
 
 def write_run_plots(csv_path: Path, out_dir: Path) -> list[Path]:

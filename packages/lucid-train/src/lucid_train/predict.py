@@ -17,7 +17,7 @@ import pycocotools.mask as mask_utils
 import torch
 
 from lucid_models import topk_decode
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import save_image, write_text
 from lucid_train.data.augment.letterbox import LetterboxParams
 from lucid_train.data.augment.warp import warp_image
 from lucid_train.data.image_io import IMAGE_SUFFIXES, open_rgb
@@ -112,13 +112,10 @@ def predict_images(
                 size,
                 (image.height, image.width),
             )
-        with atomic_path(out / f"{path.stem}.jpg") as tmp:
-            draw_overlay(record, names, hp.get("skeleton", ())).save(tmp)
+        save_image(draw_overlay(record, names, hp.get("skeleton", ())), out / f"{path.stem}.jpg")
         results.append(_json_entry(path, image.size, record, names))
     target = out / "predictions.json"
-    with atomic_path(target) as tmp:
-        tmp.write_text(json.dumps(results, indent=1))
-    return target
+    return write_text(target, json.dumps(results, indent=1))
 
 
 def _json_entry(

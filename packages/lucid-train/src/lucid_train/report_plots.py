@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import save_image
 from lucid_train.charts import Series, heat_map, line_chart
 from lucid_train.evaluation.detection_curves import CurveSet, DetectionDiagnostics
 
@@ -103,9 +103,7 @@ def write_curve_plots(curves: CurveSet, class_names: Sequence[str], out_dir: Pat
             xlim=(0.0, 1.0), ylim=(0.0, 1.0), legend=corner,
         )  # fmt: skip
         path = out_dir / file
-        with atomic_path(path) as tmp:
-            img.save(tmp)
-        paths.append(path)
+        paths.append(save_image(img, path))
     return paths
 
 
@@ -146,7 +144,5 @@ def write_confusion_matrices(
             col_names=names, row_names=names, number_format=fmt, show_numbers=not many,
         )  # fmt: skip
         path = out_dir / file
-        with atomic_path(path) as tmp:
-            img.save(tmp)
-        paths.append(path)
+        paths.append(save_image(img, path))
     return paths

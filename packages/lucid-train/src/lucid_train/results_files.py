@@ -27,7 +27,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import atomic_path, write_text
 from lucid_train.data.rotated import rbox_corners
 from lucid_train.validation import DECODE_PATHS, PREFIX, ValidationScorer
 
@@ -130,17 +130,13 @@ def write_results(scorer: ValidationScorer, out_dir: Path, images: dict[int, Pat
                     )
             for c, name in enumerate(names):
                 target = folder / f"Task1_{name.replace('/', '_')}.txt"
-                with atomic_path(target) as tmp:
-                    tmp.write_text("".join(lines[c]))
-                written.append(target)
+                written.append(write_text(target, "".join(lines[c])))
     else:
         assert scorer.coco is not None
         for path in DECODE_PATHS:
             target = out_dir / f"predictions_{path}.json"
             dets = [_json_ready(d) for d in scorer.coco[path].detections]
-            with atomic_path(target) as tmp:
-                tmp.write_text(json.dumps(dets))
-            written.append(target)
+            written.append(write_text(target, json.dumps(dets)))
     header, rows = per_class_rows(scorer)
     table = out_dir / "per_class_ap.csv"
     with atomic_path(table) as tmp, tmp.open("w", newline="") as f:

@@ -25,7 +25,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from lucid_models import Detections
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import save_image
 from lucid_train.data.transport import Batch
 from lucid_train.evaluation.detection_curves import CurveSet, DetectionDiagnostics
 
@@ -126,8 +126,7 @@ class RunReport(Callback):
         if self._truths and predictions:
             skeleton = list(pl_module.hparams.get("skeleton", ()))
             mosaic = draw_val_mosaic(self._truths, predictions, names, skeleton)
-            with atomic_path(self.run_dir / "val_mosaic.jpg") as tmp:
-                mosaic.save(tmp, quality=90)
+            save_image(mosaic, self.run_dir / "val_mosaic.jpg", quality=90)
         self._truths = []
         self._summary(trainer, pl_module)
 

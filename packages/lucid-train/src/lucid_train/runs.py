@@ -35,7 +35,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.loggers import CSVLogger, Logger
 
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import save_image
 from lucid_train.checkpoint_io import AtomicCheckpointIO
 from lucid_train.data.records import Task
 from lucid_train.last_checkpoint import LastCheckpoint
@@ -98,8 +98,7 @@ class RunArtifacts(Callback):
         names = list(pl_module.hparams.get("class_names", ()))
         skeleton = list(pl_module.hparams.get("skeleton", ()))
         for i, rec in enumerate(getattr(pl_module, "overlay_samples", [])):
-            with atomic_path(out / f"val_{i}.jpg") as tmp:
-                draw_overlay(rec, names, skeleton).save(tmp, quality=90)
+            save_image(draw_overlay(rec, names, skeleton), out / f"val_{i}.jpg", quality=90)
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._plots(trainer)

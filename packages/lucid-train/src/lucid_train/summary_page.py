@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from lucid_train.atomic_files import atomic_path
+from lucid_train.atomic_files import save_image
 from lucid_train.charts import Series, font, line_chart, nice_ticks
 from lucid_train.evaluation.detection_curves import CurveSet
 from lucid_train.plots import read_epoch_series
@@ -147,6 +147,4 @@ def write_summary(
         top = 20 + (i // 2) * CELL[1] + (CELL[1] - cell.height) // 2
         page.paste(cell, (x, top))
     draw.line([(TEXT_WIDTH - 6, 20), (TEXT_WIDTH - 6, SUMMARY_SIZE[1] - 20)], fill=(200, 200, 200))
-    with atomic_path(path) as tmp:
-        page.save(tmp)
-    return path
+    return save_image(page, path)
