@@ -37,6 +37,7 @@ from PIL import Image
 
 from lucid_train.data.augment.copy_paste import paste_mask
 from lucid_train.data.augment.plan import PixelPlan, SizedImage
+from lucid_train.data.augment.warp import pixel_crop
 from lucid_train.data.image_io import CorruptImageError, EncodedImage
 
 MAX_TILES = 4  # a mosaic plane; a letterboxed plane has one
@@ -292,7 +293,7 @@ def pack_plans(
             slots[k, t] = len(tile_source)
             tile_source.append(slot_of[tile.source])
             inverse.append(np.linalg.inv(tile.matrix)[:2])
-            crop.append(_crop(r, w, h))
+            crop.append(pixel_crop(r, w, h))
     mixed = [b for b, p in enumerate(plans) if p.mixup is not None]
     pasted = [b for b, p in enumerate(plans) if p.paste]
     bits = [
@@ -326,13 +327,6 @@ def pack_plans(
         jpeg_hw=torch.from_numpy(hw[len(decoded) :].copy()),
         jpeg_paths=tuple(paths.get(i, str(i)) for i in encoded),
     )
-
-
-def _crop(region: tuple[float, float, float, float], w: int, h: int) -> tuple[int, int, int, int]:
-    """The whole-pixel crop of ``region`` that `warp_region_into` resamples from."""
-    x0, y0 = max(0, int(np.floor(region[0]))), max(0, int(np.floor(region[1])))
-    x1, y1 = min(w, int(np.ceil(region[2]))), min(h, int(np.ceil(region[3])))
-    return (x0, y0, max(x0, x1), max(y0, y1))
 
 
 def _colour(plan: PixelPlan, eye: np.ndarray) -> np.ndarray:

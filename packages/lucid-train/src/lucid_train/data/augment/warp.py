@@ -161,6 +161,15 @@ def warp_image(
     )
 
 
+def pixel_crop(region: Rect, width: int, height: int) -> tuple[int, int, int, int]:
+    """The whole source pixels ``(x0, y0, x1, y1)`` that ``region`` touches, inside a
+    ``width`` x ``height`` image (empty as ``x1 == x0`` or ``y1 == y0``): what
+    `warp_region_into` and the device renderer resample from."""
+    x0, y0 = max(0, math.floor(region[0])), max(0, math.floor(region[1]))
+    x1, y1 = min(width, math.ceil(region[2])), min(height, math.ceil(region[3]))
+    return (x0, y0, max(x0, x1), max(y0, y1))
+
+
 def warp_region_into(
     canvas: Image.Image, image: Image.Image, matrix: F64, region: Rect, fill: int = 114
 ) -> None:
@@ -170,9 +179,8 @@ def warp_region_into(
     Only the destination bounding box of the region is resampled; an alpha channel carried through
     the same resample masks the paste, so rotated regions land exactly.
     """
-    x0, y0 = max(0, math.floor(region[0])), max(0, math.floor(region[1]))
-    x1, y1 = min(image.width, math.ceil(region[2])), min(image.height, math.ceil(region[3]))
-    if x1 <= x0 or y1 <= y0:
+    x0, y0, x1, y1 = pixel_crop(region, image.width, image.height)
+    if x1 == x0 or y1 == y0:
         return
     m = matrix @ translation(x0, y0)
     corners = apply_points(m, _rect_ring((0, 0, x1 - x0, y1 - y0)))
