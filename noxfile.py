@@ -165,7 +165,7 @@ def worker_threads(flags: Sequence[str], cores: int | None) -> dict[str, str]:
     """CPU threads per xdist worker (``OMP_NUM_THREADS``/``MKL_NUM_THREADS``): the cores shared
     out, at least one. Left alone when the caller set them or the tests run in one process: torch
     otherwise starts a thread per core in every worker, and fourteen workers' CPU ops then fight
-    over sixteen cores (the GPU session's main cost after its fits)."""
+    over sixteen cores: that alone kept the GPU session past 9 minutes (docs/gpu-results.md)."""
     workers = 0
     for prev, flag in itertools.pairwise(["", *flags]):
         if prev in ("-n", "--numprocesses"):
