@@ -285,9 +285,11 @@ def mask_aware_overlaps(
         logits = torch.einsum("bjn,bnhw->bjhw", coef[part], prototypes[part].float())
         pred = (logits > 0) & in_y[part, :, :, None] & in_x[part, :, None, :]
         pred = pred.view(-1, M, k, h * w)
-        inter = (pred & gt[part]).sum(-1).float()  # (b, M, k)
+        # Cell counts in int32: exact (at most h * w), and about twice as fast as the default
+        # int64 sum of a bool on the CPU, where these two sums were a third of a segment batch.
+        inter = (pred & gt[part]).sum(-1, dtype=torch.int32).float()  # (b, M, k)
         inters.append(inter)
-        unions.append(pred.sum(-1) + gt[part].sum(-1) - inter)
+        unions.append(pred.sum(-1, dtype=torch.int32) + gt[part].sum(-1, dtype=torch.int32) - inter)
     inter, union = torch.cat(inters), torch.cat(unions)
     mask_iou = torch.where(chosen, inter / union.clamp(min=1), 0.0)  # (B, M, k)
     dense = torch.zeros_like(box_u).scatter(-1, top, mask_iou)
