@@ -11,13 +11,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from lucid_kernels import attention_weights
+from lucid_kernels.attention import _plain_weights
 
-__all__ = ["SpatialAttention", "plain_weights"]
-
-
-def plain_weights(q: Tensor, k: Tensor, scale: float) -> Tensor:
-    """The unprotected sequence: ``(B, h, d, N), (B, h, d, N) -> (B, h, N, N)``."""
-    return ((q.transpose(-2, -1) @ k) * scale).softmax(dim=-1)
+__all__ = ["SpatialAttention"]
 
 
 class _ConvBN(nn.Module):
@@ -66,7 +62,7 @@ class SpatialAttention(nn.Module):
             .view(B, self.num_heads, 2 * self.key_dim + self.head_dim, H * W)
             .split([self.key_dim, self.key_dim, self.head_dim], dim=2)
         )
-        weights = plain_weights if not self.float32_island else attention_weights
+        weights = attention_weights if self.float32_island else _plain_weights
         attn = weights(q, k, self.scale)  # (B, h, N, N)
         # Without autocast attn already has v's dtype and .to() is a no-op (no autograd node).
         out = (v @ attn.to(v.dtype).transpose(-2, -1)).view(B, C, H, W)
