@@ -5,6 +5,8 @@ empty images and capture safety."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -22,12 +24,13 @@ from lucid_train.losses.segment import (
     SegmentTargets,
     mask_aware_overlaps,
     mask_loss,
+    masks_from_instance_map,
     pad_instance_masks,
     semantic_loss,
     semantic_target,
     with_instance_masks,
 )
-from lucid_train.losses.targets import PaddedTargets
+from lucid_train.losses.targets import PaddedTargets, pad_targets
 
 SIZE = 64
 GRID = SIZE // 4
@@ -79,6 +82,28 @@ def test_pad_instance_masks_follows_instance_index_and_leaves_padding_empty() ->
     attached = with_instance_masks(targets, flat)
     assert isinstance(attached, SegmentTargets) and attached.masks is not None
     assert attached.to("cpu").masks is not None
+
+
+@pytest.mark.parametrize("capacity", [None, 40])
+def test_masks_from_the_instance_map_equal_the_padded_expanded_masks(
+    capacity: int | None, small_synthetic: Callable[[str], Path]
+) -> None:
+    """The training step's device-side masks (one compare on the instance map) are the host's
+    expand-then-pad masks, bit for bit, padding rows empty, at any capacity."""
+    from lucid_train.data import LucidDataModule
+    from lucid_train.data.transport import Batch
+
+    dm = LucidDataModule("segment", small_synthetic("segment"), img_size=64, batch_size=4,
+                         num_workers=0)  # fmt: skip
+    dm.setup("fit")
+    batch: Batch = next(iter(dm.train_dataloader()))
+    targets = pad_targets(batch, capacity=capacity)
+    assert int(targets.counts.sum()) > 0 and not bool(targets.mask.all())
+    expected = pad_instance_masks(batch.instance_masks(), targets)
+    built = masks_from_instance_map(batch.instance_map, targets)
+    assert built.dtype == torch.bool and built.shape == expected.shape
+    assert torch.equal(built, expected)
+    assert not built[~targets.mask].any()
 
 
 # --- the mask loss --------------------------------------------------------------------------

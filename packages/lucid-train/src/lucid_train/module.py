@@ -50,7 +50,7 @@ from lucid_train.losses import (
 from lucid_train.losses.flow import RealNVP
 from lucid_train.losses.obb import OrientedLoss
 from lucid_train.losses.pose import PoseLoss
-from lucid_train.losses.segment import SegmentLoss, with_instance_masks
+from lucid_train.losses.segment import SegmentLoss, SegmentTargets, masks_from_instance_map
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.nonfinite import FiniteLossGuard
 from lucid_train.optim import AccumulationPlan, resolve_accumulation
@@ -282,7 +282,7 @@ class YOLOModule(L.LightningModule):
         tensor in it), so subclasses such as `SegmentTargets` arrive whole. On CUDA they are
         pinned, as the loader pins the batch: a copy from pageable memory may wait for the GPU."""
         if self.trainer.training and isinstance(batch, Batch):
-            targets = self.prepare_targets(batch)
+            targets = self.host_targets(batch)
             pin = self.trainer.strategy.root_device.type == "cuda"
             fields = {f.name: getattr(targets, f.name) for f in dataclasses.fields(targets)}
             if pin:
@@ -296,6 +296,15 @@ class YOLOModule(L.LightningModule):
         (`lucid_train.losses.pad_targets`). Rotated boxes by task, not by the batch: a batch
         without instances must have the structure of any other (a recorded loss checks it)."""
         return pad_targets(batch, capacity=self.capacity_for(batch), rotated=self.task == "obb")
+
+    def host_targets(self, batch: Batch) -> PaddedTargets:
+        """The part of `prepare_targets` a training batch gets on the host, before its transfer;
+        `device_targets` finishes it where the batch lands (the whole of it, by default)."""
+        return self.prepare_targets(batch)
+
+    def device_targets(self, targets: PaddedTargets, batch: Batch) -> PaddedTargets:
+        """`host_targets`' result completed on the batch's device (nothing left, by default)."""
+        return targets
 
     def capacity_for(self, batch: Batch) -> int | None:
         """`target_capacity` when ``batch`` fits it, else None (the batch's own largest)."""
@@ -354,7 +363,7 @@ class YOLOModule(L.LightningModule):
 
     def training_step(self, batch: tuple[Batch, dict[str, Any]], batch_idx: int) -> Tensor:
         data, packed = batch
-        targets: PaddedTargets = packed["type"](**packed["fields"])
+        targets = self.device_targets(packed["type"](**packed["fields"]), data)
         images = data.render().float_images()  # device rendering paints here (else a no-op)
         output = self.forward_network(images)
         terms = self.compute_loss(output, targets, (int(images.shape[-2]), int(images.shape[-1])))
@@ -650,8 +659,17 @@ class SegmentModule(YOLOModule):
 
     def prepare_targets(self, batch: Batch) -> PaddedTargets:
         """Padded boxes plus the instance masks laid out like them (``(B, M, S/4, S/4)``)."""
-        targets = pad_targets(batch, capacity=self.capacity_for(batch), rotated=False)
-        return with_instance_masks(targets, batch.instance_masks())
+        return self.device_targets(self.host_targets(batch), batch)
+
+    def host_targets(self, batch: Batch) -> PaddedTargets:
+        """The padded boxes only: the masks are built after the transfer (`device_targets`),
+        from the small instance map the batch carries, instead of on the host and shipped."""
+        return pad_targets(batch, capacity=self.capacity_for(batch), rotated=False)
+
+    def device_targets(self, targets: PaddedTargets, batch: Batch) -> PaddedTargets:
+        values = {f.name: getattr(targets, f.name) for f in dataclasses.fields(targets)}
+        values["masks"] = masks_from_instance_map(batch.instance_map, targets)
+        return SegmentTargets(**values)
 
 
 class PoseModule(YOLOModule):

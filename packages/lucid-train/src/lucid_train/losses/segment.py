@@ -52,6 +52,7 @@ __all__ = [
     "SegmentTargets",
     "mask_aware_overlaps",
     "mask_loss",
+    "masks_from_instance_map",
     "pad_instance_masks",
     "segment_terms",
     "semantic_loss",
@@ -90,6 +91,21 @@ def pad_instance_masks(instance_masks: Tensor, targets: PaddedTargets) -> Tensor
     index = targets.instance_index.clamp(min=0).to(instance_masks.device)
     picked = instance_masks.bool()[index.view(-1)].view(B, M, h, w)
     return picked & targets.mask.to(instance_masks.device)[..., None, None]
+
+
+def masks_from_instance_map(instance_map: Tensor, targets: PaddedTargets) -> Tensor:
+    """``(B, M, h, w)`` bool padded instance masks straight from the batch's ``(B, h, w)``
+    instance map (``Batch.instance_map``: 0 background, ``k + 1`` the image's ``k``-th
+    instance), equal to :func:`pad_instance_masks` of ``Batch.instance_masks()``. One compare
+    on the map's device: the training step builds them after the transfer, where the host would
+    expand and ship ``B * M`` full masks every batch."""
+    device = instance_map.device
+    counts = targets.counts.to(device)
+    starts = torch.cumsum(counts, 0) - counts  # (B,) first flat instance of each image
+    local = targets.instance_index.to(device) - starts[:, None]  # (B, M) k of each slot
+    # -1 is no pixel's value, so padding rows stay empty.
+    value = torch.where(targets.mask.to(device), local + 1, -1).to(instance_map.dtype)
+    return instance_map[:, None] == value[..., None, None]
 
 
 def with_instance_masks(targets: PaddedTargets, instance_masks: Tensor) -> SegmentTargets:

@@ -80,6 +80,10 @@ class PixelBatch:
         paste_sample: ``(P,)`` int64; paste_bits: ``(P, S*S/8)`` uint8 packed masks.
         hsv: ``(B, 3, 3)`` float32 colour matrices (the identity where there is no jitter).
         hsv_on, flip: ``(B,)`` bool.
+        axis_aligned: every tile maps output rows to source rows and columns to columns (no
+            rotation or shear, as in the default recipe): the geometry is then worked out per
+            row and per column, and only the reads and the blend run per pixel.
+        any_hsv: some sample has a colour jitter (else the colour pass is skipped).
     """
 
     size: int
@@ -98,6 +102,8 @@ class PixelBatch:
     hsv: torch.Tensor
     hsv_on: torch.Tensor
     flip: torch.Tensor
+    axis_aligned: bool = False
+    any_hsv: bool = True
     jpeg: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.uint8))
     jpeg_ends: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
     jpeg_hw: torch.Tensor = field(default_factory=lambda: torch.zeros((0, 2), dtype=torch.int64))
@@ -138,7 +144,10 @@ class PixelBatch:
         """``(B, S, S, 3)`` uint8 on the batch's device: the samples' images."""
         rows = self._all_rows()
         b, s = self.batch_size, self.size
-        planes = self._planes(rows)  # (B + J, S, S, 3) float32, whole levels
+        # Without mixup or a paste the flip is a column order, folded into the geometry.
+        mixes = bool(self.mix_sample.numel() or self.paste_sample.numel())  # shapes, not values
+        fold_flip = self.axis_aligned and not mixes
+        planes = self._planes(rows, fold_flip)  # (B + J, S, S, 3) float32, whole levels
         image = planes[:b]
         if self.mix_sample.numel():
             r = self.mix_ratio.to(planes.dtype)[:, None, None, None]
@@ -152,11 +161,16 @@ class PixelBatch:
             chosen = image[self.paste_sample]
             pasted = torch.where(mask[..., None], chosen.flip(2), chosen)
             image = image.index_copy(0, self.paste_sample, pasted)
-        # Pillow's matrix convert: float32 products, + 0.5, truncation, clipped to 0..255.
-        jitter = torch.einsum("bij,bhwj->bhwi", self.hsv.to(image.dtype), image)
-        jitter = (jitter + 0.5).floor().clamp_(0, 255)
-        image = torch.where(self.hsv_on[:, None, None, None], jitter, image)
-        image = torch.where(self.flip[:, None, None, None], image.flip(2), image)
+        if self.any_hsv:
+            # Pillow's matrix convert: float32 products, + 0.5, truncation, clipped to 0..255. A
+            # sample without jitter has the identity matrix, which keeps its whole levels as
+            # they are, so every sample goes through the same three passes.
+            m = self.hsv.to(image.dtype)[:, None, None]  # (B, 1, 1, 3 out, 3 in)
+            jitter = image[..., 0:1] * m[..., 0]
+            jitter.addcmul_(image[..., 1:2], m[..., 1]).addcmul_(image[..., 2:3], m[..., 2])
+            image = jitter.add_(0.5).floor_().clamp_(0, 255)
+        if not fold_flip:
+            image = torch.where(self.flip[:, None, None, None], image.flip(2), image)
         return image.to(torch.uint8)
 
     def _all_rows(self) -> torch.Tensor:
@@ -194,24 +208,96 @@ class PixelBatch:
             parts.append(image.permute(1, 2, 0).reshape(-1, 3))
         return torch.cat(parts)
 
-    def _planes(self, rows: torch.Tensor) -> torch.Tensor:
+    def _planes(self, rows: torch.Tensor, fold_flip: bool = False) -> torch.Tensor:
         n, s = self.slots.shape[0], self.size
         # One 8-byte word per source pixel (RGB + pad as int16), so each neighbour is a single
         # aligned gather instead of three byte loads.
         words = torch.zeros((rows.shape[0] + 1, 4), dtype=torch.int16, device=rows.device)
         words[:-1, :3] = rows
         table = words.view(torch.int64).view(-1)
-        # Per tile: its crop, first row and row width, gathered once per pixel as one row.
+        # Per tile: its crop, first row, row width and height, gathered as one row.
         crop = self.tile_crop
-        tiles = torch.cat(
-            [crop, self.source_rows[self.tile_source, None], self.source_hw[self.tile_source, 1:]],
-            1,
-        ).to(torch.int32)
+        hw = self.source_hw[self.tile_source]
+        tiles = torch.cat([crop, self.source_rows[self.tile_source, None], hw[:, 1:], hw[:, :1]], 1)
+        tiles = tiles.to(torch.int32)
         out = torch.empty((n, s, s, 3), dtype=torch.float32, device=rows.device)
         step = max(1, CHUNK_PIXELS // (s * s))
         for p0 in range(0, n, step):
-            out[p0 : p0 + step] = self._paint(table, tiles, self.slots[p0 : p0 + step])
+            slots = self.slots[p0 : p0 + step]
+            if self.axis_aligned:
+                flip = self.flip[p0 : p0 + step] if fold_flip else None
+                self._paint_separable(table, tiles, slots, flip, out[p0 : p0 + step])
+            else:
+                out[p0 : p0 + step] = self._paint(table, tiles, slots)
         return out
+
+    def _paint_separable(
+        self,
+        table: torch.Tensor,
+        tiles: torch.Tensor,
+        slots: torch.Tensor,
+        flip: torch.Tensor | None,
+        out: torch.Tensor,
+    ) -> None:
+        """`_paint` for axis-aligned tiles, into ``out``: a source x depends on the output
+        column alone and a source y on the row, so coordinates, crops, clamps and weights are
+        ``(p, T, S)`` vectors; per pixel remain the tile choice (mosaic), four reads and the
+        blend. ``flip``: mirror these planes by reversing their columns."""
+        s, device = self.size, table.device
+        centre = torch.arange(s, device=device, dtype=torch.float32) + 0.5  # (S,)
+        k = slots.clamp(min=0)  # (p, T)
+        inv = self.tile_inverse.to(torch.float32)[k]  # (p, T, 2, 3)
+        sx = inv[..., 0, 0, None] * centre + inv[..., 0, 2, None]  # (p, T, S) by column
+        sy = inv[..., 1, 1, None] * centre + inv[..., 1, 2, None]  # (p, T, S) by row
+        t = tiles[k]  # (p, T, 7): x0 y0 x1 y1 base width height
+        box = t[..., :4].to(torch.float32)
+        valid = (slots >= 0)[..., None]
+        cover_x = valid & (sx >= box[..., 0:1]) & (sx < box[..., 2:3])  # (p, T, S)
+        cover_y = valid & (sy >= box[..., 1:2]) & (sy < box[..., 3:4])
+        sx, sy = sx - 0.5, sy - 0.5
+        fx, fy = sx.floor(), sy.floor()
+        dx, dy = sx - fx, sy - fy
+        xi, yi = fx.to(torch.int32), fy.to(torch.int32)
+        x0, y0, x1, y1, base, width, height = (v[..., None] for v in t.unbind(-1))
+        # Clamped to the crop as Pillow clamps; then into the source, which changes nothing
+        # for a painted pixel and keeps an unpainted one's (discarded) reads inside the table.
+        # (An empty crop may start at the source's far edge; the crops start at 0 or after.)
+        x0, y0 = torch.minimum(x0, width - 1), torch.minimum(y0, height - 1)
+        last_x, last_y = torch.minimum(x1 - 1, width - 1), torch.minimum(y1 - 1, height - 1)
+        xa = torch.maximum(torch.minimum(xi, last_x), x0)
+        xb = torch.maximum(torch.minimum(xi + 1, last_x), x0)
+        ya = torch.maximum(torch.minimum(yi, last_y), y0)
+        yb = torch.maximum(torch.minimum(yi + 1, last_y), y0)
+        top_row, bottom_row = base + ya * width, base + yb * width  # (p, T, S) by row
+        if flip is not None:  # the mirrored plane's column j is the plane's column S - 1 - j
+            f = flip[:, None, None]
+            xa, xb, dx, cover_x = (torch.where(f, v.flip(-1), v) for v in (xa, xb, dx, cover_x))
+        columns, lines = (xa, xb, dx), (top_row, bottom_row, dy)
+        if slots.shape[1] == 1:  # one tile a plane (letterbox): broadcast rows against columns
+            painted = cover_y[:, 0, :, None] & cover_x[:, 0, None, :]  # (p, S, S)
+            xa, xb, dx = (v[:, 0, None, :] for v in columns)
+            top_row, bottom_row, dy = (v[:, 0, :, None] for v in lines)
+        else:  # the last tile whose crop holds the pixel paints it (tiles pasted in order)
+            covered = cover_y[..., :, None] & cover_x[..., None, :]  # (p, T, S, S)
+            painted = covered.any(1)
+            last = covered.shape[1] - 1 - covered.flip(1).to(torch.uint8).argmax(1, keepdim=True)
+            grid = (-1, -1, s, s)
+            xa, xb, dx = (v[:, :, None, :].expand(grid).gather(1, last)[:, 0] for v in columns)
+            top_row, bottom_row, dy = (
+                v[:, :, :, None].expand(grid).gather(1, last)[:, 0] for v in lines
+            )
+
+        def at(row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+            return table[row + col].view(torch.int16).view(*painted.shape, 4)[..., :3].float()
+
+        dx, dy = dx[..., None], dy[..., None]
+        top = at(top_row, xa)
+        top = (at(top_row, xb) - top).mul_(dx).add_(top)
+        bottom = at(bottom_row, xa)
+        bottom = (at(bottom_row, xb) - bottom).mul_(dx).add_(bottom)
+        value = (bottom - top).mul_(dy).add_(top).add_(_EPS).floor_()
+        fill = torch.full((), float(self.fill), device=device)
+        torch.where(painted[..., None], value, fill, out=out)
 
     def _paint(self, table: torch.Tensor, tiles: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         s, device = self.size, table.device
@@ -235,7 +321,7 @@ class PixelBatch:
         sx = sx.gather(1, last)[:, 0] - 0.5
         sy = sy.gather(1, last)[:, 0] - 0.5
         tile = k[:, :, None, None].expand(-1, -1, s, s).gather(1, last)[:, 0]  # (p, S, S)
-        x0i, y0i, x1i, y1i, base, width = tiles[tile].unbind(-1)  # each (p, S, S) int32
+        x0i, y0i, x1i, y1i, base, width, _ = tiles[tile].unbind(-1)  # each (p, S, S) int32
         fx, fy = sx.floor(), sy.floor()
         dx, dy = (sx - fx)[..., None], (sy - fy)[..., None]
         xi, yi = fx.to(torch.int32), fy.to(torch.int32)
@@ -294,6 +380,7 @@ def pack_plans(
             tile_source.append(slot_of[tile.source])
             inverse.append(np.linalg.inv(tile.matrix)[:2])
             crop.append(pixel_crop(r, w, h))
+    aligned = all(abs(m[0, 1]) == 0 and abs(m[1, 0]) == 0 for m in inverse)
     mixed = [b for b, p in enumerate(plans) if p.mixup is not None]
     pasted = [b for b, p in enumerate(plans) if p.paste]
     bits = [
@@ -320,6 +407,8 @@ def pack_plans(
         hsv=torch.from_numpy(np.stack([_colour(p, eye) for p in plans])),
         hsv_on=torch.tensor([not p.hsv.is_identity for p in plans]),
         flip=torch.tensor([p.flip for p in plans]),
+        axis_aligned=aligned,
+        any_hsv=not all(p.hsv.is_identity for p in plans),
         jpeg=torch.frombuffer(bytearray(b"".join(files)), dtype=torch.uint8)
         if files
         else torch.zeros(0, dtype=torch.uint8),
