@@ -5,12 +5,14 @@
 
 Runs the ``lucid`` command given after ``--`` in this process with one more callback,
 `ProfileWindow`, which profiles (CPU and CUDA activity) ``--batches`` training batches from
-batch ``--start`` of epoch ``--epoch``. Writes ``OUT/trace.json.gz`` (the Chrome trace) and
-``OUT/profile.md``: the window's wall time per batch, the GPU's busy share (union of kernel,
-copy and set intervals over the window), device time by kernel and by whether a CUDA graph
-launched it, the host's largest ops, every host-device wait (``cudaStreamSynchronize``,
-``cudaEventSynchronize``, ``cudaDeviceSynchronize``, blocking copies) with the Python frames
-above it, and the longest GPU-idle gaps with what the host ran during them.
+batch ``--start`` of epoch ``--epoch``, with Python frames unless ``--no-stack`` (they place
+the host's time in the code, and inflate it). Writes ``OUT/trace.json.gz`` (the Chrome trace)
+and ``OUT/profile.md``: the window's wall time per batch, the GPU's busy share (union of
+kernel, copy and set intervals over the window), device time by the host call that launched it
+(``cudaGraphLaunch``: a replay) and by kernel, the host's largest ops, every host-device wait
+(``cudaStreamSynchronize``, ``cudaEventSynchronize``, ``cudaDeviceSynchronize``, blocking
+copies) with the Python frames above it, and the longest GPU-idle gaps with what the host ran
+during them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class ProfileWindow(L.Callback):
         self.epoch = int(os.environ.get("LUCID_PROFILE_EPOCH", "1"))
         self.start = int(os.environ.get("LUCID_PROFILE_START", "2"))
         self.batches = int(os.environ.get("LUCID_PROFILE_BATCHES", "12"))
+        self.stack = os.environ.get("LUCID_PROFILE_STACK", "1") == "1"
         self.prof: torch.profiler.profile | None = None
         self.marks: list[float] = []
 
@@ -54,7 +57,7 @@ class ProfileWindow(L.Callback):
                     torch.profiler.ProfilerActivity.CPU,
                     torch.profiler.ProfilerActivity.CUDA,
                 ],
-                with_stack=True,
+                with_stack=self.stack,
             )
             self.prof.__enter__()
         if self.prof is not None:
@@ -106,13 +109,13 @@ def summarise(trace: dict[str, Any], marks: list[float], batches: int) -> str:
         f"GPU busy: {busy / 1e3:.1f} ms = {100 * busy / (hi - lo):.1f} % of the window; "
         f"{busy / 1e3 / batches:.1f} ms a batch",
         "",
-        "## Device time by source (ms a batch)",
+        "## Device time by the host call that launched it (ms a batch)",
     ]
-    by_graph: dict[str, float] = defaultdict(float)
+    launcher = {e["args"].get("correlation"): e["name"] for e in runtime}
+    by_launch: dict[str, float] = defaultdict(float)
     for e in gpu:
-        graph = e.get("args", {}).get("graph id") or e.get("args", {}).get("graph_id")
-        by_graph["graph " + str(graph) if graph else e["cat"] + " (not in a graph)"] += e["dur"]
-    for key, us in sorted(by_graph.items(), key=lambda kv: -kv[1]):
+        by_launch[launcher.get(e.get("args", {}).get("correlation"), e["cat"])] += e["dur"]
+    for key, us in sorted(by_launch.items(), key=lambda kv: -kv[1]):
         lines.append(f"- {key}: {us / 1e3 / batches:.2f}")
     lines += ["", "## Kernels by device time (ms a batch, calls a batch)"]
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -184,6 +187,12 @@ def main() -> int:
     parser.add_argument("--epoch", type=int, default=1)
     parser.add_argument("--start", type=int, default=2)
     parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument(
+        "--no-stack",
+        action="store_true",
+        help="no Python frames: the host's times are not inflated by tracing them, but the "
+        "waits and gaps are not placed in the code",
+    )
     own, lucid_args = sys.argv[1:], []
     if "--" in own:
         cut = own.index("--")
@@ -194,6 +203,7 @@ def main() -> int:
         LUCID_PROFILE_EPOCH=str(args.epoch),
         LUCID_PROFILE_START=str(args.start),
         LUCID_PROFILE_BATCHES=str(args.batches),
+        LUCID_PROFILE_STACK="0" if args.no_stack else "1",
     )
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lucid_train.cli import main as lucid
