@@ -79,7 +79,7 @@ class PixelBatch:
         mix_sample, mix_ratio: ``(J,)`` sample of each partner plane and the weight of its base.
         paste_sample: ``(P,)`` int64; paste_bits: ``(P, S*S/8)`` uint8 packed masks.
         hsv: ``(B, 3, 3)`` float32 colour matrices (the identity where there is no jitter).
-        hsv_on, flip: ``(B,)`` bool.
+        flip: ``(B,)`` bool.
         axis_aligned: every tile maps output rows to source rows and columns to columns (no
             rotation or shear, as in the default recipe): the geometry is then worked out per
             row and per column, and only the reads and the blend run per pixel.
@@ -100,7 +100,6 @@ class PixelBatch:
     paste_sample: torch.Tensor
     paste_bits: torch.Tensor
     hsv: torch.Tensor
-    hsv_on: torch.Tensor
     flip: torch.Tensor
     axis_aligned: bool = False
     any_hsv: bool = True
@@ -405,7 +404,6 @@ def pack_plans(
             np.stack(bits) if bits else np.zeros((0, size * size // 8), np.uint8)
         ),
         hsv=torch.from_numpy(np.stack([_colour(p, eye) for p in plans])),
-        hsv_on=torch.tensor([not p.hsv.is_identity for p in plans]),
         flip=torch.tensor([p.flip for p in plans]),
         axis_aligned=aligned,
         any_hsv=not all(p.hsv.is_identity for p in plans),
