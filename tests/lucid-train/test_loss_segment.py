@@ -28,6 +28,7 @@ from lucid_train.losses.segment import (
     pad_instance_masks,
     semantic_loss,
     semantic_target,
+    with_instance_map,
     with_instance_masks,
 )
 from lucid_train.losses.targets import PaddedTargets, pad_targets
@@ -104,6 +105,9 @@ def test_masks_from_the_instance_map_equal_the_padded_expanded_masks(
     assert built.dtype == torch.bool and built.shape == expected.shape
     assert torch.equal(built, expected)
     assert not built[~targets.mask].any()
+    attached = with_instance_map(targets, batch.instance_map)
+    assert isinstance(attached, SegmentTargets) and attached.masks is not None
+    assert torch.equal(attached.masks, expected)
 
 
 # --- the mask loss --------------------------------------------------------------------------

@@ -50,7 +50,7 @@ from lucid_train.losses import (
 from lucid_train.losses.flow import RealNVP
 from lucid_train.losses.obb import OrientedLoss
 from lucid_train.losses.pose import PoseLoss
-from lucid_train.losses.segment import SegmentLoss, SegmentTargets, masks_from_instance_map
+from lucid_train.losses.segment import SegmentLoss, with_instance_map
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.nonfinite import FiniteLossGuard
 from lucid_train.optim import AccumulationPlan, resolve_accumulation
@@ -667,9 +667,7 @@ class SegmentModule(YOLOModule):
         return pad_targets(batch, capacity=self.capacity_for(batch), rotated=False)
 
     def device_targets(self, targets: PaddedTargets, batch: Batch) -> PaddedTargets:
-        values = {f.name: getattr(targets, f.name) for f in dataclasses.fields(targets)}
-        values["masks"] = masks_from_instance_map(batch.instance_map, targets)
-        return SegmentTargets(**values)
+        return with_instance_map(targets, batch.instance_map)
 
 
 class PoseModule(YOLOModule):

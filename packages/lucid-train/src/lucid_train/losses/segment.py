@@ -57,6 +57,7 @@ __all__ = [
     "segment_terms",
     "semantic_loss",
     "semantic_target",
+    "with_instance_map",
     "with_instance_masks",
 ]
 
@@ -110,8 +111,18 @@ def masks_from_instance_map(instance_map: Tensor, targets: PaddedTargets) -> Ten
 
 def with_instance_masks(targets: PaddedTargets, instance_masks: Tensor) -> SegmentTargets:
     """``targets`` plus its padded instance masks (see :func:`pad_instance_masks`)."""
+    return _with_masks(targets, pad_instance_masks(instance_masks, targets))
+
+
+def with_instance_map(targets: PaddedTargets, instance_map: Tensor) -> SegmentTargets:
+    """``targets`` plus its padded instance masks built from the batch's instance map (see
+    :func:`masks_from_instance_map`)."""
+    return _with_masks(targets, masks_from_instance_map(instance_map, targets))
+
+
+def _with_masks(targets: PaddedTargets, masks: Tensor) -> SegmentTargets:
     values = {f.name: getattr(targets, f.name) for f in fields(targets)}
-    values["masks"] = pad_instance_masks(instance_masks, targets)
+    values["masks"] = masks
     return SegmentTargets(**values)
 
 

@@ -27,7 +27,7 @@ loader's pinning thread (`PixelBatch.pin_memory`), or at the render when the bat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -289,12 +289,7 @@ class PixelBatch:
         def at(row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
             return table[row + col].view(torch.int16).view(*painted.shape, 4)[..., :3].float()
 
-        dx, dy = dx[..., None], dy[..., None]
-        top = at(top_row, xa)
-        top = (at(top_row, xb) - top).mul_(dx).add_(top)
-        bottom = at(bottom_row, xa)
-        bottom = (at(bottom_row, xb) - bottom).mul_(dx).add_(bottom)
-        value = (bottom - top).mul_(dy).add_(top).add_(_EPS).floor_()
+        value = _blend(at, top_row, bottom_row, xa, xb, dx[..., None], dy[..., None])
         fill = torch.full((), float(self.fill), device=device)
         torch.where(painted[..., None], value, fill, out=out)
 
@@ -335,12 +330,26 @@ class PixelBatch:
             index = torch.where(painted, row + col, blank)
             return table[index].view(torch.int16).view(*index.shape, 4)[..., :3].float()
 
-        top = at(top_row, xa)
-        top = top + (at(top_row, xb) - top) * dx
-        bottom = at(bottom_row, xa)
-        bottom = bottom + (at(bottom_row, xb) - bottom) * dx
-        value = (top + (bottom - top) * dy + _EPS).floor()
+        value = _blend(at, top_row, bottom_row, xa, xb, dx, dy)
         return torch.where(painted[..., None], value, float(self.fill))
+
+
+def _blend(
+    at: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    top_row: torch.Tensor,
+    bottom_row: torch.Tensor,
+    xa: torch.Tensor,
+    xb: torch.Tensor,
+    dx: torch.Tensor,
+    dy: torch.Tensor,
+) -> torch.Tensor:
+    """Pillow's bilinear blend of the four neighbours that ``at(row, col)`` reads, truncated to
+    whole levels (``dx``, ``dy``: the weights, broadcasting over the channels)."""
+    top = at(top_row, xa)
+    top = (at(top_row, xb) - top).mul_(dx).add_(top)
+    bottom = at(bottom_row, xa)
+    bottom = (at(bottom_row, xb) - bottom).mul_(dx).add_(bottom)
+    return (bottom - top).mul_(dy).add_(top).add_(_EPS).floor_()
 
 
 def pack_plans(
@@ -379,7 +388,7 @@ def pack_plans(
             tile_source.append(slot_of[tile.source])
             inverse.append(np.linalg.inv(tile.matrix)[:2])
             crop.append(pixel_crop(r, w, h))
-    aligned = all(abs(m[0, 1]) == 0 and abs(m[1, 0]) == 0 for m in inverse)
+    aligned = all(m[0, 1] == 0 and m[1, 0] == 0 for m in inverse)
     mixed = [b for b, p in enumerate(plans) if p.mixup is not None]
     pasted = [b for b, p in enumerate(plans) if p.paste]
     bits = [
