@@ -67,6 +67,7 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "rule8-lifecycle": _lifecycle,
     "rule9-gradient-layout": lambda mp: mp.setattr(recording, "_gradient_buffer", _output_layout),
     "accumulator-stream": lambda mp: mp.setattr(Recorder, "_accumulator_stream", lambda s: None),
+    "in-place-caller-wait": lambda mp: mp.setattr(replay, "_caller_waits_for", lambda s: None),
 }
 
 

@@ -58,17 +58,21 @@ def train(
     overflow_at: int | None = None,
     set_to_none: bool = True,
     between_steps: Callable[[torch.nn.Module, Callable[..., Any]], None] | None = None,
+    grads_in_place: bool = False,
+    prepare: Callable[[torch.nn.Module], None] | None = None,
 ) -> tuple[RunResult, NetworkRecorder | None]:
     """Train a fresh seeded model; snapshot the whole state before every optimizer step."""
     with strict_numerics():
         torch.manual_seed(0)
         torch.cuda.manual_seed(0)
         model = MODELS[model_name]().cuda()
+        if prepare is not None:
+            prepare(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
         scaler = (
             torch.amp.GradScaler("cuda", init_scale=2.0**14) if precision == "16-mixed" else None
         )
-        recorder = NetworkRecorder(model) if capture else None
+        recorder = NetworkRecorder(model, grads_in_place=grads_in_place) if capture else None
         forward = recorder if recorder is not None else model
         xs = [x.cuda() for x in (inputs if inputs is not None else batches(model_name, sizes))]
         if overflow_at is not None:
@@ -250,6 +254,99 @@ def test_gradient_kept_alive_across_steps_matches_eager(accumulate: int) -> None
     replay, recorder = train("convbn", capture=True, accumulate=accumulate, set_to_none=False)
     assert_same_training(eager, replay)
     assert recorder is not None and recorder.stats.replays == len(LAYOUTS["full"])
+
+
+@pytest.mark.parametrize("set_to_none", [True, False], ids=["none", "zeros"])
+@pytest.mark.parametrize("accumulate", [1, 3])
+@pytest.mark.parametrize("precision", sorted(PRECISIONS))
+def test_gradients_written_in_place_match_eager(
+    precision: str, accumulate: int, set_to_none: bool
+) -> None:
+    """``grads_in_place``: the replay fills a missing ``.grad`` and adds into an existing one with
+    multi-tensor ops instead of autograd's accumulators, and training keeps eager's bits."""
+    pytest.importorskip("lucid_kernels", reason="the attention model uses lucid-kernels' island")
+    sizes = LAYOUTS["partial-between"]
+    kw: dict[str, Any] = dict(precision=precision, accumulate=accumulate, sizes=sizes)
+    eager, _ = train("convbn_attention", capture=False, set_to_none=set_to_none, **kw)
+    replay, recorder = train(
+        "convbn_attention", capture=True, set_to_none=set_to_none, grads_in_place=True, **kw
+    )
+    assert_same_training(eager, replay)
+    assert recorder is not None
+    trained = sum(p.requires_grad for p in recorder.module.parameters())
+    assert recorder.stats.replays == len(sizes) - 1
+    assert recorder.stats.grads_in_place == trained * recorder.stats.replays
+
+
+def test_a_hooked_parameter_keeps_autograds_path_under_grads_in_place() -> None:
+    """A parameter with a hook gets its gradient through autograd, so the hook runs once per
+    replayed backward as in eager; the others are still written in place."""
+
+    def run(capture: bool) -> tuple[dict[str, torch.Tensor], int, NetworkRecorder | None]:
+        with strict_numerics():
+            torch.manual_seed(0)
+            model = MODELS["convbn"]().cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+            recorder = NetworkRecorder(model, grads_in_place=True) if capture else None
+            forward = recorder if recorder is not None else model
+            calls = 0
+
+            def count(grad: torch.Tensor) -> None:
+                nonlocal calls
+                calls += 1
+
+            state: dict[str, torch.Tensor] = {}
+            for i, x in enumerate(batches("convbn", [FULL] * 5)):
+                if i == 1:  # after the recording, whose warm-up and capture run hooks too
+                    next(model.parameters()).register_hook(count)
+                loss_of(forward(x.cuda())).backward()
+                for name, p in model.named_parameters():
+                    state[f"{i}/{name}"] = p.grad.clone()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            return state, calls, recorder
+
+    eager, eager_calls, _ = run(capture=False)
+    replay, replay_calls, recorder = run(capture=True)
+    assert not state_differences(eager, replay)
+    assert replay_calls == eager_calls == 4
+    assert recorder is not None and recorder.stats.replays == 4
+    n_params = sum(1 for _ in recorder.module.parameters())
+    assert recorder.stats.grads_in_place == (n_params - 1) * 4
+
+
+def test_unread_output_leaves_none_gradients_when_written_in_place() -> None:
+    """Rule 6 under ``grads_in_place``: ``aux``'s parameters stay None, not zeros."""
+    eager, _ = train("two_outputs", capture=False, loss_fn=main_only_loss)
+    replay, _ = train("two_outputs", capture=True, loss_fn=main_only_loss, grads_in_place=True)
+    assert "step0/grad/aux.weight" not in eager.state
+    assert_same_training(eager, replay)
+
+
+def test_gradients_written_in_place_are_ready_on_the_stream_that_called_backward() -> None:
+    """The in-place adds run on the recorder's stream after its replayed backward; the caller's
+    stream must be ordered after them when ``backward()`` returns, as after autograd's own
+    accumulators. The recorder's stream is held up by a sleep, so a caller that did not wait
+    would read the gradients before the adds."""
+    with strict_numerics():
+        torch.manual_seed(0)
+        model = MODELS["convbn"]().cuda()
+        recorder = NetworkRecorder(model, grads_in_place=True)
+        xs = [x.cuda() for x in batches("convbn", [FULL] * 6)]
+        for x in xs[:5]:  # no zero_grad: every replay adds into an existing .grad
+            loss_of(recorder(x)).backward()
+        loss = loss_of(recorder(xs[5]))
+        stream = recorder._stream
+        assert stream is not None
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(200_000_000)  # type: ignore[no-untyped-call]
+        loss.backward()
+        seen = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        torch.cuda.synchronize()
+        final = [p.grad for p in model.parameters() if p.grad is not None]
+    assert recorder.stats.grads_in_place > 0
+    assert all(bitwise_equal(a, b) for a, b in zip(seen, final, strict=True))
 
 
 def test_gradients_kept_by_reference_past_their_step_keep_their_values() -> None:

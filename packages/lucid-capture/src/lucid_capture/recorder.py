@@ -82,6 +82,12 @@ class Recorder:
         warmup_iters: forward/backward passes before capture (cuDNN and allocator warm-up).
         max_recordings: recordings allowed per fit (a retirement makes the next one).
         enabled: ``False`` runs every call eager with reason ``disabled``.
+        grads_in_place: a replayed backward writes the parameters' gradients into ``.grad``
+            with one multi-tensor add or copy instead of one autograd accumulator each (the
+            same bits, less host work per backward). Turn it on only where this recorder is
+            the parameters' only source of gradient in a backward and no C++ hook watches
+            their accumulation (``DistributedDataParallel``); parameters with Python hooks
+            keep autograd's path (``replay.write_grads``).
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class Recorder:
         warmup_iters: int = 3,
         max_recordings: int = 4,
         enabled: bool = True,
+        grads_in_place: bool = False,
     ) -> None:
         if warmup_iters < 1:
             raise ValueError(f"warmup_iters must be at least 1, got {warmup_iters}")
@@ -106,6 +113,7 @@ class Recorder:
         self.warmup_iters = warmup_iters
         self.max_recordings = max_recordings
         self.enabled = enabled
+        self.grads_in_place = grads_in_place
         self.stats = CaptureStats(name)
         self._recording: Recording | None = None
         self._stream: torch.cuda.Stream | None = None
@@ -277,7 +285,7 @@ class Recorder:
         assert rec is not None
         live = [args[i] for i in rec.tensor_positions]
         hold = _Hold()
-        call = ReplayCall(rec, self.stats, hold, self._backward_failed)
+        call = ReplayCall(rec, self.stats, hold, self._backward_failed, self.grads_in_place)
         outputs = Replay.apply(call, *live, *rec.params)  # type: ignore[no-untyped-call]
         if rec.differentiable and any(outputs[i].requires_grad for i in rec.differentiable):
             self._hold(hold, outputs[rec.differentiable[0]])

@@ -3,7 +3,9 @@
 Forward copies the live tensors into the static inputs and replays the forward graph; backward
 copies the incoming gradients into the static gradient outputs of the backward recorded for their
 layout (recording it on first use) and replays that graph.
-Parameters are inputs of the Function, so autograd accumulates their gradients as usual.
+Parameters are inputs of the Function, so autograd accumulates their gradients as usual, unless
+the recorder was told to write them into ``.grad`` itself (``grads_in_place``, see
+:func:`write_grads`).
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ class ReplayCall:
         stats: CaptureStats,
         hold: object,
         on_failure: Callable[[Exception], None],
+        grads_in_place: bool = False,
     ) -> None:
         self.recording = recording
         self.stats = stats
         self.hold = hold  # released when the backward node runs or is freed (rule 2)
         self.on_failure = on_failure  # a backward recording raised: the recorder stops replaying
         self.generation = -1
+        self.grads_in_place = grads_in_place  # see write_grads
 
 
 class Replay(torch.autograd.Function):
@@ -105,6 +109,10 @@ class Replay(torch.autograd.Function):
             if static_grad is not None and t in reached:
                 slots.append(slot)
                 statics.append(static_grad)
+        if call.grads_in_place and not torch.is_grad_enabled():
+            before = len(slots)
+            slots, statics = write_grads(rec.params, len(rec.tensor_positions), slots, statics)
+            call.stats.grads_in_place += before - len(slots)
         grads: list[torch.Tensor | None] = [None] * (len(rec.tensor_positions) + len(rec.params))
         for slot, grad in zip(slots, hand_out(statics), strict=True):
             grads[slot] = grad
@@ -124,3 +132,69 @@ def hand_out(statics: list[torch.Tensor]) -> list[torch.Tensor]:
         fresh = [torch.empty_like(g) for g in statics]
         torch._foreach_copy_(fresh, statics)
     return fresh
+
+
+def write_grads(
+    params: tuple[torch.Tensor, ...], first: int, slots: list[int], statics: list[torch.Tensor]
+) -> tuple[list[int], list[torch.Tensor]]:
+    """Write the replayed gradients of plain parameters into their ``.grad``; return the rest.
+
+    Autograd accumulates a handed-out gradient through one AccumulateGrad node per parameter: a
+    few microseconds of host work each, hundreds per backward on a detector, which bound a small
+    batch's step. Here one multi-tensor add updates every existing ``.grad`` (``grad += new``, as
+    AccumulateGrad does when grad mode is off: the same bits) and one multi-tensor copy fills
+    fresh ones in the parameter's own layout (AccumulateGrad's layout contract), which rule 1
+    needs anyway. A parameter with Python hooks, a non-leaf, or a ``.grad`` that autograd would
+    treat otherwise (sparse, or itself requiring grad) goes through autograd.
+
+    Only correct when this backward is the parameters' only source of gradient (else eager sums
+    the sources before adding them to ``.grad``, in another order) and nothing observes their
+    accumulation from C++ (``DistributedDataParallel``'s reducer): the recorder's caller opts in.
+    The adds run on this backward's stream; the autograd engine is asked to make the stream that
+    called ``backward()`` wait for it, as it does for the AccumulateGrad nodes' streams.
+    """
+    rest_slots: list[int] = []
+    rest: list[torch.Tensor] = []
+    add_to: list[torch.Tensor] = []
+    added: list[torch.Tensor] = []
+    fill: list[torch.Tensor] = []
+    filled: list[torch.Tensor] = []
+    for slot, static in zip(slots, statics, strict=True):
+        index = slot - first
+        if index >= 0:
+            p = params[index]
+            if p.is_leaf and not p._backward_hooks and not p._post_accumulate_grad_hooks:
+                grad = p.grad
+                if grad is None:
+                    fill.append(p)
+                    filled.append(static)
+                    continue
+                if grad.layout == torch.strided and not grad.requires_grad:
+                    add_to.append(grad)
+                    added.append(static)
+                    continue
+        rest_slots.append(slot)
+        rest.append(static)
+    if add_to:
+        torch._foreach_add_(add_to, added)
+    if fill:
+        fresh = [torch.empty_like(p) for p in fill]  # the parameter's strides, as autograd's
+        torch._foreach_copy_(fresh, filled)
+        for p, g in zip(fill, fresh, strict=True):
+            p.grad = g
+    if (add_to or fill) and statics[0].is_cuda:
+        _caller_waits_for(torch.cuda.current_stream(statics[0].device))
+    return rest_slots, rest
+
+
+def _caller_waits_for(stream: torch.cuda.Stream) -> None:
+    """At the end of this backward, order the stream ``backward()`` was called on after ``stream``.
+
+    The engine does this for the streams of the AccumulateGrad nodes it ran; gradients written
+    here bypass those nodes, so a final callback (run on the caller's stream) does it for them.
+    """
+
+    def wait() -> None:
+        torch.cuda.current_stream(stream.device).wait_stream(stream)
+
+    torch.autograd.Variable._execution_engine.queue_callback(wait)

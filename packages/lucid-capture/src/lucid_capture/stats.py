@@ -23,6 +23,7 @@ class CaptureStats:
     retirements: int = 0
     graph_launches: int = 0
     backward_recordings: int = 0  # one per recording and gradient layout (rule 9)
+    grads_in_place: int = 0  # parameter gradients written into .grad without autograd
     eager: Counter[Reason] = field(default_factory=Counter)
     _warned: set[Reason] = field(default_factory=set, repr=False)
 
@@ -52,7 +53,7 @@ class CaptureStats:
 
     def reset(self) -> None:
         self.recordings = self.replays = self.retirements = self.graph_launches = 0
-        self.backward_recordings = 0
+        self.backward_recordings = self.grads_in_place = 0
         self.eager.clear()
         self._warned.clear()
 

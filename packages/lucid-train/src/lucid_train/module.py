@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 import lightning as L
 import torch
 from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.strategies import SingleDeviceStrategy
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_only
 from torch import Tensor, nn
 
@@ -38,7 +39,7 @@ from lucid_capture.lightning import CaptureCallback
 from lucid_models import Detections, ModelOutput, build_model, topk_decode
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
-from lucid_train.distributed import sum_over_ranks
+from lucid_train.distributed import DataParallelStrategy, sum_over_ranks
 from lucid_train.losses import (
     DualLoss,
     LossTerms,
@@ -234,6 +235,13 @@ class YOLOModule(L.LightningModule):
         mode = self.hparams["capture"]
         on_cuda = self.trainer.strategy.root_device.type == "cuda"
         enabled = mode == "on" or (mode == "auto" and on_cuda)
+        # The replays write .grad themselves where nothing else accumulates into it: one device,
+        # or lucid's data parallelism, which sums .grad after the backward. Torch's DDP reducer
+        # (any other multi-device strategy) watches each parameter's accumulator from C++.
+        strategy = self.trainer.strategy
+        in_place = isinstance(strategy, (SingleDeviceStrategy, DataParallelStrategy))
+        for recorder in (self.network_recorder, self.loss_recorder):
+            recorder.grads_in_place = in_place
         return [CaptureCallback(enabled=enabled, verbose=enabled)]
 
     def loss_parameters(self) -> nn.Module | None:
