@@ -335,10 +335,69 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
                 result[path].update(rescore_rotated(Path(pred), data))
             else:
                 result[path].update(rescore(Path(pred), gt, data, data["task"]))
+    weights = Path(result.get("weights", ""))
+    if data["task"] != "obb" and weights.is_file():
+        try:
+            result["lucid_validation"] = validate_with_lucid(weights, data, args)
+        except Exception as err:  # the peer's own rows stand; say why this one is missing
+            result["lucid_validation"] = {"error": f"{type(err).__name__}: {err}"}
     # the e2e val must have run the one-to-one head and the nms val the one-to-many head
     result["decode_paths_checked"] = all(
         result.get(path, {}).get("validator_end2end") is (path == "e2e") for path in PATHS
     )
+    return result
+
+
+def validate_with_lucid(
+    weights: Path, data: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
+    """The peer's trained weights (its ``last.pt``: the EMA) validated by lucid's own validation.
+
+    Loaded through ``--model.weights``' reader of the authors' layout (no code from the file
+    runs), then validated exactly as our side's last epoch is: the same letterboxed inputs, both
+    decodes, the same scorer. Beside the peer's own validation, re-scored, this tells a
+    difference in training from one in validation."""
+    import lightning as L
+
+    from lucid_train.data import LucidDataModule
+    from lucid_train.module import module_class, schema_arguments
+
+    task = data["task"]
+    dm = LucidDataModule(
+        task, data["coco_root"], img_size=args.imgsz, batch_size=args.batch,
+        num_workers=args.workers,
+    )  # fmt: skip
+    dm.setup("validate")
+    module = module_class(task)(
+        model=f"yolo26n{MODEL_SUFFIX[task]}",
+        img_size=args.imgsz,
+        capture="off",
+        weights=str(weights),
+        **schema_arguments(dm.schema),
+    )
+    on_cpu = args.device == "cpu"
+    trainer = L.Trainer(
+        accelerator="cpu" if on_cpu else "gpu",
+        devices=1 if on_cpu else [int(args.device)],
+        precision=args.ours_precision or ("32-true" if on_cpu else "16-mixed"),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    start = time.perf_counter()
+    metrics = trainer.validate(module, datamodule=dm, verbose=False)[0]
+    result: dict[str, Any] = {"weights": str(weights), "wall_s": 0.0}
+    for path in PATHS:
+        result[path] = {}
+        for kind, stem in _metric_prefixes(task).items():
+            prefix = "" if kind == "box" else f"{kind}_"
+            for stat in ("mAP50-95", "mAP50"):
+                value = metrics.get(f"val/{path}/{stem}{stat}")
+                result[path][f"{prefix}pycocotools_{stat}"] = (
+                    None if value is None else float(value)
+                )
+    result["wall_s"] = round(time.perf_counter() - start, 1)
     return result
 
 
@@ -485,6 +544,9 @@ def peer_half(spec_path: Path) -> None:
             **common,
             "data": spec["data"],
             "nms": nms,
+            # square letterboxed canvases, as ours validates (assumptions D19): YOLO.val() would
+            # otherwise batch aspect-sorted rectangles, so the two sides would score other inputs
+            "rect": False,
             "save_json": True,
             "plots": False,
             "workers": spec["workers"],
@@ -571,6 +633,10 @@ def table(report: dict[str, Any]) -> str:
     if "peer" in report:
         ver = report["peer"].get("versions", {}).get("ultralytics", "")
         sides.append((f"Ultralytics {ver}".strip(), report["peer"]))
+        if "e2e" in report["peer"].get("lucid_validation", {}):
+            sides.append(
+                (f"Ultralytics {ver} weights, lucid validation", report["peer"]["lucid_validation"])
+            )
     for name, r in sides:
         for path in PATHS:
             p = r.get(path, {})
@@ -595,6 +661,7 @@ def accuracy_rows(report: dict[str, Any], arm: str) -> list[dict[str, Any]]:
     mAP50 is the DOTA-style row)."""
     d, rows = report["data"], []
     ours, peer = report.get("ours_arms", {}).get(arm, {}), report.get("peer", {})
+    lucid_val = peer.get("lucid_validation") or {}
     metrics = [(kind, "mAP50-95") for kind in _kinds(d["task"])]
     if d["task"] == "obb":
         metrics.append(("box", "mAP50"))
@@ -610,6 +677,7 @@ def accuracy_rows(report: dict[str, Any], arm: str) -> list[dict[str, Any]]:
                     "metric": f"{name}{stat}",
                     "lucid": ours.get(path, {}).get(key),
                     "ultralytics": peer.get(path, {}).get(key),
+                    "ultralytics_lucid_validation": lucid_val.get(path, {}).get(key),
                     "lucid_accumulate": arm,
                     "seed": report["settings"].get("seed", 0),
                 }
