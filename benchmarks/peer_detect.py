@@ -328,13 +328,13 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     raw = json.loads(raw_path.read_text())
     result.update(raw)
     gt = json.loads(Path(data["val_json"]).read_text())
-    for path in PATHS:
-        pred = result.get(path, {}).get("predictions")
+    for key in (*PATHS, *(f"{path}_rect" for path in PATHS)):
+        pred = result.get(key, {}).get("predictions")
         if pred and Path(pred).is_file():
             if data["task"] == "obb":
-                result[path].update(rescore_rotated(Path(pred), data))
+                result[key].update(rescore_rotated(Path(pred), data))
             else:
-                result[path].update(rescore(Path(pred), gt, data, data["task"]))
+                result[key].update(rescore(Path(pred), gt, data, data["task"]))
     weights = Path(result.get("weights", ""))
     if data["task"] != "obb" and weights.is_file():
         try:
@@ -539,19 +539,24 @@ def peer_half(spec_path: Path) -> None:
     csv_path = save_dir / "results.csv"
     if csv_path.is_file():
         shutil.copy(csv_path, Path(spec["result"]).parent / "peer-results.csv")
-    for path, nms in (("e2e", False), ("nms", True)):
+    # Scored: square letterboxed canvases, as ours validates (assumptions D19). Also kept, to
+    # measure what the inputs change: the method's default, aspect-sorted rectangular batches.
+    for key, nms, rect in (
+        ("e2e", False, False),
+        ("nms", True, False),
+        ("e2e_rect", False, True),
+        ("nms_rect", True, True),
+    ):
         val_args = {
             **common,
             "data": spec["data"],
             "nms": nms,
-            # square letterboxed canvases, as ours validates (assumptions D19): YOLO.val() would
-            # otherwise batch aspect-sorted rectangles, so the two sides would score other inputs
-            "rect": False,
+            "rect": rect,
             "save_json": True,
             "plots": False,
             "workers": spec["workers"],
             "project": spec["project"],
-            "name": f"val-{path}",
+            "name": f"val-{key}",
             "exist_ok": True,
         }
         start = time.perf_counter()
@@ -562,7 +567,7 @@ def peer_half(spec_path: Path) -> None:
             "on_val_end", lambda v, seen=seen: seen.update(end2end=bool(v.end2end))
         )
         metrics = val_model.val(**val_args)
-        out[path] = {
+        out[key] = {
             "ultralytics_mAP50-95": float(metrics.box.map),
             "ultralytics_mAP50": float(metrics.box.map50),
             **_peer_extra(task, metrics),
@@ -633,6 +638,11 @@ def table(report: dict[str, Any]) -> str:
     if "peer" in report:
         ver = report["peer"].get("versions", {}).get("ultralytics", "")
         sides.append((f"Ultralytics {ver}".strip(), report["peer"]))
+        if "e2e_rect" in report["peer"]:
+            rect = {p: report["peer"][f"{p}_rect"] for p in PATHS if f"{p}_rect" in report["peer"]}
+            sides.append(
+                (f"Ultralytics {ver}, its rectangular val batches", {**rect, "wall_s": ""})
+            )
         if "e2e" in report["peer"].get("lucid_validation", {}):
             sides.append(
                 (f"Ultralytics {ver} weights, lucid validation", report["peer"]["lucid_validation"])
@@ -678,6 +688,7 @@ def accuracy_rows(report: dict[str, Any], arm: str) -> list[dict[str, Any]]:
                     "lucid": ours.get(path, {}).get(key),
                     "ultralytics": peer.get(path, {}).get(key),
                     "ultralytics_lucid_validation": lucid_val.get(path, {}).get(key),
+                    "ultralytics_rect_batches": peer.get(f"{path}_rect", {}).get(key),
                     "lucid_accumulate": arm,
                     "seed": report["settings"].get("seed", 0),
                 }
