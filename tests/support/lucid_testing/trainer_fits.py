@@ -119,9 +119,10 @@ class Probe(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, i: int
     ) -> None:
-        terms = {k: v for k, v in trainer.callback_metrics.items() if k.endswith("_step")}
-        for key in sorted(terms):
-            self.losses.append(terms[key].detach().clone())
+        # every batch's terms (Lightning is handed them only on the batches whose logs it writes)
+        items = pl_module.loss_log.last  # type: ignore[union-attr]
+        assert items is not None
+        self.losses.append(items.detach().clone())
         self.losses.append(outputs["loss"].detach().clone())
 
     def on_before_optimizer_step(

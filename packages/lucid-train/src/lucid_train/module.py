@@ -40,6 +40,7 @@ from lucid_models import Detections, ModelOutput, build_model, topk_decode
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
 from lucid_train.distributed import DataParallelStrategy, sum_over_ranks
+from lucid_train.loss_log import TrainingLossLog
 from lucid_train.losses import (
     DualLoss,
     LossTerms,
@@ -212,6 +213,7 @@ class YOLOModule(L.LightningModule):
         self.accumulation: AccumulationPlan | None = None  # set by configure_optimizers
         # the non-finite check: a host read per batch on the CPU, staged and gated on a GPU
         self.finite_guard = FiniteLossGuard()
+        self.loss_log = TrainingLossLog()  # the training terms, logged when Lightning writes
         self.channels_last = False  # set for a fit on CUDA (DESIGN §6), see `setup`
         self._pending_gradients: dict[str, Tensor] | None = None  # from a resumed checkpoint
         # Disabled until a fit's CaptureCallback turns them on (outside a fit: plain eager).
@@ -368,6 +370,7 @@ class YOLOModule(L.LightningModule):
     def on_train_epoch_start(self) -> None:
         epochs = self.trainer.max_epochs or 1
         self.o2m_weight.fill_(o2m_weight(self.current_epoch, epochs))
+        self.loss_log.reset()  # an epoch interrupted before its end leaves nothing behind
 
     def training_step(self, batch: tuple[Batch, dict[str, Any]], batch_idx: int) -> Tensor:
         data, packed = batch
@@ -377,12 +380,13 @@ class YOLOModule(L.LightningModule):
         terms = self.compute_loss(output, targets, (int(images.shape[-2]), int(images.shape[-1])))
         self.finite_guard.observe(self.global_step, terms.total, terms.items, terms.names)
         bs = len(data)
-        # A replay's items live in the recording's buffers: log a copy. Not prog_bar: Lightning
-        # turns progress-bar values into numbers every batch, a wait for the GPU each time; the
-        # run's bar shows them every LOG_INTERVAL batches instead (`runs.IntervalProgressBar`).
-        for name, value in zip(terms.names, terms.items.detach().clone().unbind(0), strict=True):
-            self.log(f"train/{name}", value, on_step=True, on_epoch=True, batch_size=bs)
-        self.log("train/loss", terms.total.detach(), on_step=False, on_epoch=True, batch_size=bs)
+        items = self.loss_log.add(terms.items, terms.total, terms.names, bs)  # a copy
+        # Lightning gets the step values only when it writes them, the epoch means at the end
+        # (`loss_log`). Not prog_bar: Lightning would turn them into numbers every batch, a wait
+        # for the GPU each time; the run's bar shows them every LOG_INTERVAL batches instead.
+        if _writes_logs_now(self.trainer):
+            for name, value in zip(terms.names, items.unbind(0), strict=True):
+                self.log(f"train/{name}_step", value, on_step=True, on_epoch=False, batch_size=bs)
         total: Tensor = terms.total
         return total
 
@@ -522,6 +526,9 @@ class YOLOModule(L.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         self.finite_guard.flush()
+        for key, value in self.loss_log.epoch_means().items():
+            self.log(key, value, on_step=False, on_epoch=True)
+        self.loss_log.reset()
 
     def on_train_end(self) -> None:
         self.finite_guard.flush()
@@ -604,6 +611,13 @@ class YOLOModule(L.LightningModule):
 
 
 @rank_zero_only
+def _writes_logs_now(trainer: L.Trainer) -> bool:
+    """Whether Lightning writes this training batch's step logs (every ``log_every_n_steps``).
+    Its logger connector knows; without one (another Lightning), every batch is logged."""
+    connector = getattr(trainer, "_logger_connector", None)
+    return bool(getattr(connector, "should_update_logs", True))
+
+
 def _print_once(line: str) -> None:
     print(line)
 
