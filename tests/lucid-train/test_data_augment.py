@@ -151,6 +151,24 @@ def test_instances_pushed_off_canvas_are_dropped_and_clipped_ones_kept() -> None
     np.testing.assert_allclose(kept.boxes[1], [95, 0, 100, 10])
 
 
+def test_instances_with_polygons_keep_down_to_one_percent_visible_as_the_authors() -> None:
+    """The authors' warp filter keeps a box whose area ratio exceeds 0.01 where the image has
+    segments and 0.1 otherwise; ours keeps the same floors (polygon area for rings)."""
+    cfg = AugmentConfig()
+    assert (cfg.min_visible_for(True), cfg.min_visible_for(False)) == (0.01, 0.1)
+    square = np.array([[60, 0], [160, 0], [160, 10], [60, 10]], np.float32)  # 5 % inside 0..65
+    rings = Targets(
+        boxes=np.array([[60, 0, 160, 10]], np.float32), labels=np.array([0]), polygons=(square,)
+    )
+    boxes = Targets(boxes=np.array([[60, 0, 160, 10]], np.float32), labels=np.array([0]))
+    clip = (0, 0, 65, 100)
+    kept = transform_targets(rings, np.eye(3), clip, min_visible=cfg.min_visible_for(True))
+    dropped = transform_targets(boxes, np.eye(3), clip, min_visible=cfg.min_visible_for(False))
+    assert len(kept) == 1 and len(dropped) == 0
+    sliver = (0, 0, 60.5, 100)  # 0.5 %: under both floors
+    assert len(transform_targets(rings, np.eye(3), sliver, min_visible=0.01)) == 0
+
+
 def test_keypoints_outside_the_canvas_lose_visibility_but_keep_coordinates() -> None:
     """Off-canvas keypoints get visibility 0; their coordinates are carried unchanged."""
     t = Targets(

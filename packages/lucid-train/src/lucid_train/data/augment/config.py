@@ -37,6 +37,8 @@ class AugmentConfig:
         close_mosaic: number of final epochs trained without mosaic, mixup and copy-paste.
         min_size: instances narrower or lower than this many pixels after the warp are dropped.
         min_visible: instances keeping less than this fraction of their warped area are dropped.
+        min_visible_polygons: the same for instances with polygons (segmentation). The authors
+            filter at 0.01 where an image has segments and at 0.1 otherwise (assumptions D6).
         fill: the grey value of padding.
     """
 
@@ -54,10 +56,18 @@ class AugmentConfig:
     close_mosaic: int = 10
     min_size: float = 2.0
     min_visible: float = 0.1
+    min_visible_polygons: float = 0.01
     fill: int = 114
 
     def __post_init__(self) -> None:
-        for name in ("fliplr", "mosaic", "mixup", "copy_paste", "min_visible"):
+        for name in (
+            "fliplr",
+            "mosaic",
+            "mixup",
+            "copy_paste",
+            "min_visible",
+            "min_visible_polygons",
+        ):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"AugmentConfig.{name}: expected a probability in [0, 1], got {v}")
@@ -80,6 +90,11 @@ class AugmentConfig:
             )
         if self.close_mosaic < 0:
             raise ValueError(f"AugmentConfig.close_mosaic: expected >= 0, got {self.close_mosaic}")
+
+    def min_visible_for(self, polygons: bool) -> float:
+        """The visible-area floor of a sample's instances: ``min_visible_polygons`` when they
+        carry polygons, else ``min_visible``."""
+        return self.min_visible_polygons if polygons else self.min_visible
 
     @classmethod
     def for_variant(cls, variant: str, **overrides: Any) -> AugmentConfig:

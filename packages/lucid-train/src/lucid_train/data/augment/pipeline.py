@@ -130,8 +130,9 @@ class TrainAugment:
             image, targets = load(g.index)
             lb = LetterboxParams.fit(image.height, image.width, s)
             m = g.affine.matrix((s, s), s) @ lb.matrix
+            floor = self.cfg.min_visible_for(targets.polygons is not None)
             moved = transform_targets(
-                targets, m, out_rect, min_size=self.cfg.min_size, min_visible=self.cfg.min_visible
+                targets, m, out_rect, min_size=self.cfg.min_size, min_visible=floor
             )
             return (Tile(g.index, m),), moved
         indices = (g.index, *g.mosaic.partners)
@@ -142,12 +143,13 @@ class TrainAugment:
         for index, (_, targets), place in zip(indices, loaded, placements, strict=True):
             tiles.append(Tile(index, affine @ place.matrix, place.source_rect()))
             parts.append(transform_targets(targets, place.matrix, place.rect, min_visible=0.0))
+        joined = Targets.concat(parts)
         moved = transform_targets(
-            Targets.concat(parts),
+            joined,
             affine,
             out_rect,
             min_size=self.cfg.min_size,
-            min_visible=self.cfg.min_visible,
+            min_visible=self.cfg.min_visible_for(joined.polygons is not None),
         )
         return tuple(tiles), moved
 
