@@ -170,3 +170,35 @@ def test_nms_path_refuses_a_deploy_output() -> None:
     """A deploy view has no one-to-many branch, which the NMS path needs."""
     with pytest.raises(ValueError, match="one-to-many"):
         nms_decode(_output(_planted()))
+
+
+def test_multi_label_topk_ranks_anchor_class_pairs_among_the_best_anchors() -> None:
+    """P's second class (logit 3) outranks Q's best (2): with ``multi_label`` it is a row of its
+    own, between P's best and Q; without, each anchor gives one row."""
+    branch = _planted()
+    branch.logits[0, P, 1] = 3.0
+    single = topk_decode(_output(branch), max_det=3, score_threshold=0.01)
+    multi = topk_decode(_output(branch), max_det=3, score_threshold=0.01, multi_label=True)
+    assert single.anchor_indices.tolist() == [[P, Q, -1]]
+    assert multi.anchor_indices.tolist() == [[P, P, Q]]
+    assert multi.labels.tolist() == [[2, 1, 0]]
+    torch.testing.assert_close(multi.scores[0], torch.tensor([4.0, 3.0, 2.0]).sigmoid())
+    torch.testing.assert_close(multi.boxes[0, 1], multi.boxes[0, 0])  # one anchor, one box
+
+
+def test_multi_label_nms_keeps_a_second_class_of_one_anchor_and_suppresses_within_a_class() -> None:
+    """Anchor a scores class 2 and class 1: both rows survive (classes never suppress each
+    other); b's class 2 overlaps a's and goes, as without ``multi_label``."""
+    o2m = _branch()
+    a, b = _anchor(0, 4, 4), _anchor(0, 4, 5)
+    for anchor, cls, logit in ((a, 2, 3.0), (a, 1, 2.5), (b, 2, 2.0)):
+        o2m.logits[0, anchor, cls] = logit
+    o2m.boxes[0, a] = torch.tensor([2.0, 2.0, 2.0, 2.0])
+    o2m.boxes[0, b] = torch.tensor([2.0, 2.0, 2.0, 2.0])
+    out = _output(_branch(), o2m)
+    single = nms_decode(out, max_det=4, score_threshold=0.01, iou_threshold=0.5)
+    multi = nms_decode(out, max_det=4, score_threshold=0.01, iou_threshold=0.5, multi_label=True)
+    assert single.anchor_indices.tolist() == [[a, -1, -1, -1]]
+    assert multi.anchor_indices.tolist() == [[a, a, -1, -1]]
+    assert multi.labels.tolist() == [[2, 1, -1, -1]]
+    torch.testing.assert_close(multi.scores[0, :2], torch.tensor([3.0, 2.5]).sigmoid())

@@ -5,8 +5,10 @@ Run with Ultralytics 8.4.190 installed (not a lucid dependency), from this folde
     python ultralytics_masks.py > ultralytics_masks.json
 
 Each case holds the polygons (canvas pixels, canvas side ``size``) and the cells the authors'
-``ultralytics.data.utils.polygons2masks_overlap(..., downsample_ratio=4)`` turns on, as flat
-indices per instance (in the input order). `test_data_masks.py` holds ours against them.
+training path turns on: the polygons resampled to 1,000 points as their ``YOLODataset`` does at
+load (``ultralytics.utils.ops.resample_segments``), then
+``ultralytics.data.utils.polygons2masks_overlap(..., downsample_ratio=4)``, as flat indices per
+instance (in the input order). `test_data_masks.py` holds ours against them.
 """
 
 import json
@@ -14,6 +16,7 @@ import math
 
 import numpy as np
 from ultralytics.data.utils import polygons2masks_overlap
+from ultralytics.utils.ops import resample_segments
 
 
 def circle(cx: float, cy: float, r: float, n: int = 32) -> np.ndarray:
@@ -44,7 +47,8 @@ def cases() -> list[tuple[str, int, list[np.ndarray]]]:
 def main() -> None:
     doc = []
     for name, size, polys in cases():
-        masks, order = polygons2masks_overlap((size, size), [p.reshape(-1) for p in polys], 4)
+        dense = resample_segments([p.astype(np.float32) for p in polys], n=1000)
+        masks, order = polygons2masks_overlap((size, size), [p.reshape(-1) for p in dense], 4)
         cells = [np.flatnonzero(masks.reshape(-1) == k + 1) for k in range(len(polys))]
         by_input = [[] for _ in polys]
         for k, j in enumerate(order):  # value k + 1 is the k-th polygon by descending area

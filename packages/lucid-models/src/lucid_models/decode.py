@@ -172,7 +172,11 @@ def _detections(
 
 
 def topk_decode(
-    output: ModelOutput, max_det: int = 300, score_threshold: float = 0.0
+    output: ModelOutput,
+    max_det: int = 300,
+    score_threshold: float = 0.0,
+    *,
+    multi_label: bool = False,
 ) -> Detections:
     """End-to-end decode of the one-to-one branch: top ``max_det`` anchors, no NMS.
 
@@ -180,15 +184,25 @@ def topk_decode(
         output: a forward's output (full model or deploy view).
         max_det: ``k``, detections per image; rows beyond the anchor count are padding.
         score_threshold: rows scoring at or below it are padding.
+        multi_label: rank (anchor, class) pairs instead of anchors by their best class: the
+            ``max_det`` best anchors, then the ``max_det`` best of their classes' scores, so an
+            anchor may give a row for a second class (the authors' validation, assumptions D21).
 
     Returns:
         :class:`Detections` of shape ``(B, max_det, ...)``.
     """
     branch = output.one2one
-    best, labels = branch.logits.float().sigmoid().max(dim=-1)  # (B, A) each
+    probs = branch.logits.float().sigmoid()  # (B, A, C)
+    best, labels = probs.max(dim=-1)  # (B, A) each
     k = min(max_det, best.shape[1])
     scores, indices = best.topk(k, dim=1)  # (B, k), descending
     labels = labels.gather(1, indices)
+    if multi_label:
+        classes = probs.shape[-1]
+        pairs = _gather(probs, indices).flatten(1)  # (B, k * C): the k anchors' every class
+        scores, flat = pairs.topk(k, dim=1)
+        labels = flat % classes
+        indices = indices.gather(1, flat // classes)
     if k < max_det:  # fewer anchors than max_det: pad to the fixed shape
         pad = max_det - k
         scores = F.pad(scores, (0, pad))
@@ -203,12 +217,15 @@ def nms_decode(
     max_det: int = 300,
     score_threshold: float = 0.001,
     iou_threshold: float = 0.7,
+    *,
+    multi_label: bool = False,
 ) -> Detections:
     """NMS decode of the one-to-many branch, padded to ``max_det`` rows per image.
 
-    Each anchor keeps its best class; anchors scoring above ``score_threshold`` go through
-    class-wise greedy NMS on their axis-aligned boxes (for obb too: see assumptions.md M10);
-    the ``max_det`` best survivors are kept.
+    Each anchor keeps its best class (with ``multi_label``, every class scoring above
+    ``score_threshold``: the authors' validation, assumptions D21); candidates scoring above
+    ``score_threshold`` go through class-wise greedy NMS on their axis-aligned boxes (for obb
+    too: see assumptions.md M10); the ``max_det`` best survivors are kept.
 
     Raises:
         ValueError: the output has no one-to-many branch (a deploy view).
@@ -216,10 +233,25 @@ def nms_decode(
     branch = output.one2many
     if branch is None:
         raise ValueError("nms_decode reads the one-to-many branch; a deploy view has none")
-    best, labels = branch.logits.float().sigmoid().max(dim=-1)  # (B, A)
+    probs = branch.logits.float().sigmoid()  # (B, A, C)
+    best, labels = probs.max(dim=-1)  # (B, A)
     boxes = decode_boxes(branch.boxes, output.anchor_points, output.anchor_strides)  # (B, A, 4)
     B = best.shape[0]
     indices = torch.full((B, max_det), -1, dtype=torch.long, device=best.device)
+    if multi_label:
+        kept_scores = torch.zeros((B, max_det), device=best.device)
+        kept_labels = torch.full((B, max_det), -1, dtype=torch.long, device=best.device)
+        for b in range(B):
+            anchor, label = (probs[b] > score_threshold).nonzero().unbind(1)  # (N,) each
+            score = probs[b, anchor, label]
+            keep = batched_nms(boxes[b, anchor], score, label, iou_threshold, max_det)
+            n = len(keep)
+            indices[b, :n], kept_scores[b, :n], kept_labels[b, :n] = (
+                anchor[keep],
+                score[keep],
+                label[keep],
+            )
+        return _detections(branch, output, indices, kept_scores, kept_labels, indices >= 0)
     for b in range(B):
         candidates = (best[b] > score_threshold).nonzero().squeeze(1)  # (N,)
         keep = batched_nms(

@@ -54,23 +54,28 @@ class DecodeSettings:
         iou_threshold: the NMS IoU.
         max_masks: segment: masks are built for the best ``max_masks`` rows only (COCO reads
             100 per image).
+        multi_label: rank (anchor, class) pairs on both paths, so an anchor may be scored for
+            a second class, as the authors' validator does (assumptions D21); prediction keeps
+            one class per anchor.
     """
 
     max_det: int = 300
     score_threshold: float = 0.001
     iou_threshold: float = 0.7
     max_masks: int = 100
+    multi_label: bool = True
 
 
 def decode_paths(output: ModelOutput, settings: DecodeSettings) -> dict[str, Detections]:
     """Both decodes of one forward: ``{"e2e": top-k of one2one, "nms": NMS of one2many}``."""
     return {
-        "e2e": topk_decode(output, max_det=settings.max_det),
+        "e2e": topk_decode(output, max_det=settings.max_det, multi_label=settings.multi_label),
         "nms": nms_decode(
             output,
             max_det=settings.max_det,
             score_threshold=settings.score_threshold,
             iou_threshold=settings.iou_threshold,
+            multi_label=settings.multi_label,
         ),
     }
 
@@ -84,24 +89,31 @@ def masks_to_source(
     orig_hw: tuple[int, int],
 ) -> np.ndarray:
     """``(D, M)`` coefficients and ``(M, h, w)`` prototypes of one image -> ``(D, H0, W0)`` bool
-    masks at the source size: assemble, upsample to the canvas, crop the letterbox padding, resize
-    to the source, sigmoid > 0.5, keep inside the source box."""
+    masks at the source size, in the authors' order (assumptions D20): assemble, upsample the
+    logits bilinearly to the canvas and threshold them at 0 there, keep the canvas pixels inside
+    the box (pixel ``i`` with ``x1 <= i < x2``), cut the letterbox padding, resize the 0/1 mask
+    bilinearly to the source and keep the pixels where it stays 1. A source pixel that reads any
+    background canvas pixel is dropped: about half a canvas pixel comes off every side, which
+    offsets the training targets' outline (their fill includes it, D14)."""
     h0, w0 = orig_hw
     if coefficients.shape[0] == 0:
         return np.zeros((0, h0, w0), bool)
     gain, px, py = letterbox
     logits = assemble_masks(coefficients[None], prototypes[None])  # (1, D, h, w)
     logits = F.interpolate(logits, size=(canvas, canvas), mode="bilinear", align_corners=False)
+    on = logits[0] > 0  # (D, canvas, canvas)
+    box = torch.as_tensor(boxes_src, dtype=torch.float32, device=on.device) * gain
+    box[:, 0::2] += px
+    box[:, 1::2] += py
+    at = torch.arange(canvas, dtype=torch.float32, device=on.device)
+    cols = (at >= box[:, 0, None]) & (at < box[:, 2, None])  # (D, canvas)
+    rows = (at >= box[:, 1, None]) & (at < box[:, 3, None])
+    on &= rows[:, :, None] & cols[:, None, :]
     y0, x0 = int(py), int(px)
     hh, ww = max(round(h0 * gain), 1), max(round(w0 * gain), 1)
-    logits = logits[:, :, y0 : y0 + hh, x0 : x0 + ww]
-    logits = F.interpolate(logits, size=(h0, w0), mode="bilinear", align_corners=False)[0]
-    masks = (logits.sigmoid() > 0.5).cpu().numpy()  # (D, H0, W0)
-    ys = np.arange(h0)[None, :, None] + 0.5
-    xs = np.arange(w0)[None, None, :] + 0.5
-    b = boxes_src[:, :, None, None]
-    inside = (xs >= b[:, 0]) & (xs < b[:, 2]) & (ys >= b[:, 1]) & (ys < b[:, 3])
-    out: np.ndarray = masks & inside
+    kept = on[:, y0 : y0 + hh, x0 : x0 + ww].float()
+    up = F.interpolate(kept[None], size=(h0, w0), mode="bilinear", align_corners=False)[0]
+    out: np.ndarray = (up >= 1.0).cpu().numpy()
     return out
 
 
