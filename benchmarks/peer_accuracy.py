@@ -39,6 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0", help="comma list: each seed trains every side")
     parser.add_argument("--jobs", type=int, default=0, help="sides at once (0: all)")
     parser.add_argument("--peer-python", default=None, help="interpreter with Ultralytics")
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="train nothing: make the validation rows of the finished runs in --out again with "
+        "this checkout's code (after a change to validation), then write the tables",
+    )
     args = parser.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
     arms = [a for a in args.arms.split(",") if a]
@@ -61,6 +67,9 @@ def main(argv: list[str] | None = None) -> None:
                        "--work", str(args.work / name)]  # fmt: skip
                 queue.append(((task, name), cmd, args.out / name))
     running: list[tuple[tuple[str, str], subprocess.Popen[bytes]]] = []
+    if args.rescore:
+        queue = []
+        _rescore(args, tasks, arms, seeds)
     for key, cmd, out in queue:
         while args.jobs and len(running) >= args.jobs:
             done = running.pop(0)
@@ -97,6 +106,38 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / "peer-accuracy.json").write_text(json.dumps(doc, indent=1) + "\n")
     (args.out / "peer-accuracy.md").write_text("\n\n".join(tables) + "\n")
     print("\n\n".join(tables))
+
+
+def _rescore(args: argparse.Namespace, tasks: list[str], arms: list[str], seeds: list[int]) -> None:
+    """``--rescore``: each finished (task, seed) pair's validation rows made again in place."""
+    sys.path.insert(0, str(HERE))
+    import peer_detect
+
+    for task in tasks:
+        for seed in seeds:
+            tail = f"-seed{seed}" if len(seeds) > 1 else ""
+            peer_dir = args.out / f"{task}-peer{tail}"
+            peer = _report(peer_dir)
+            for arm in arms:
+                ours_dir = args.out / f"{task}-acc{arm}{tail}"
+                ours = _report(ours_dir)
+                if ours is None or peer is None:
+                    continue
+                s = ours["settings"]
+                side = argparse.Namespace(
+                    work=args.work / ours_dir.name, device=args.device, workers=args.workers,
+                    imgsz=s["imgsz"], batch=s["batch"], peer_python=args.peer_python, font=None,
+                    side_timeout=args.side_timeout, ours_precision=None,
+                )  # fmt: skip
+                merged = peer_detect.rescore_run(
+                    {**ours, "peer": peer.get("peer", {})}, side, ours_dir
+                )
+                ours["ours_arms"] = merged["ours_arms"]
+                peer["peer"] = merged["peer"]
+                (ours_dir / "peer_detect.json").write_text(json.dumps(ours, indent=1, default=str))
+            if peer is not None:
+                (peer_dir / "peer_detect.json").write_text(json.dumps(peer, indent=1, default=str))
+                print(f"{task}{tail}: rescored", flush=True)
 
 
 def _report(folder: Path) -> dict[str, Any] | None:

@@ -239,6 +239,7 @@ def run_ours(
     csv_path = run_dir / "metrics.csv"
     if not csv_path.is_file():
         return result
+    result["checkpoint"] = str(run_dir / "checkpoints" / "last.ckpt")
     shutil.copy(csv_path, out / f"{tag}-metrics.csv")
     last = _last_row_with(csv_path, "val/e2e/mAP50-95")
     for path in PATHS:
@@ -281,9 +282,8 @@ def _font_source(explicit: Path | None) -> Path | None:
         return None
 
 
-def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[str, Any]:
-    """Train and validate Ultralytics yolo26n in a subprocess, then re-score its predictions with
-    our pycocotools scorer."""
+def _peer_env(args: argparse.Namespace) -> tuple[dict[str, str], Path]:
+    """The peer's environment (offline, its config folder holding a TTF as Arial) and the TTF."""
     cfg = args.work / "ultralytics-config"
     (cfg / "Ultralytics").mkdir(parents=True, exist_ok=True)
     font = _font_source(args.font)
@@ -291,6 +291,80 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
         raise FileNotFoundError("no TTF for Ultralytics' font check: pass --font FILE.ttf")
     for name in ("Arial.ttf", "Arial.Unicode.ttf"):
         shutil.copyfile(font, cfg / "Ultralytics" / name)
+    extra = {
+        "YOLO_OFFLINE": "1",
+        "YOLO_AUTOINSTALL": "False",
+        "YOLO_CONFIG_DIR": str(cfg),
+        "MPLCONFIGDIR": str(cfg / "mpl"),
+    }
+    return _child_env(args.device, extra), font
+
+
+def _rescored(raw: dict[str, Any], data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """``raw``'s peer-validator results with each path's predictions re-scored by ours."""
+    gt = json.loads(Path(data["val_json"]).read_text())
+    out = dict(raw)
+    for key in keys:
+        pred = out.get(key, {}).get("predictions")
+        if pred and Path(pred).is_file():
+            if data["task"] == "obb":
+                out[key] = {**out[key], **rescore_rotated(Path(pred), data)}
+            else:
+                out[key] = {**out[key], **rescore(Path(pred), gt, data, data["task"])}
+    return out
+
+
+def cross_validate(
+    args: argparse.Namespace, data: dict[str, Any], checkpoint: Path, out: Path
+) -> dict[str, Any]:
+    """Our trained weights validated by the peer's validator: the other half of the cross
+    table beside `validate_with_lucid`. The weights go under the authors' names into the
+    peer's own model class (in the peer's interpreter), which its validator then runs, square
+    canvases, both decodes; the predictions are re-scored by our scorer."""
+    import torch
+
+    out.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(REPO / "tests" / "support"))
+    from lucid_testing.authors_layout import authors_state_dict
+    from lucid_train.checkpoint import load_module
+
+    module = load_module(checkpoint)
+    state = args.work / "lucid-weights-authors-names.pt"
+    torch.save(authors_state_dict(module, dtype=torch.float32), state)
+    keypoints = module.hparams.get("num_keypoints")
+    project = args.work / "cross-runs"
+    if project.exists():
+        shutil.rmtree(project)
+    spec = {
+        "task": data["task"],
+        "state": str(state),
+        "nc": int(module.hparams["num_classes"]),
+        "kpt_shape": [int(keypoints), 3] if keypoints else None,
+        "data": data["peer_data_yaml"],
+        "imgsz": args.imgsz,
+        "batch": args.batch,
+        "workers": args.workers,
+        "device": "cpu" if args.device == "cpu" else "0",
+        "project": str(project),
+        "result": str(out / "cross-raw.json"),
+    }
+    spec_path = args.work / "cross-spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    env, _ = _peer_env(args)
+    cmd = [args.peer_python or sys.executable, str(Path(__file__).resolve()), "--peer-validate"]
+    cmd.append(str(spec_path))
+    rc, wall = _run_logged(cmd, env, out / "cross.log", args.side_timeout)
+    result: dict[str, Any] = {"exit": rc, "wall_s": round(wall, 1), "checkpoint": str(checkpoint)}
+    raw = out / "cross-raw.json"
+    if raw.is_file():
+        result.update(_rescored(json.loads(raw.read_text()), data, PATHS))
+    return result
+
+
+def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Train and validate Ultralytics yolo26n in a subprocess, then re-score its predictions with
+    our pycocotools scorer."""
+    env, font = _peer_env(args)
     runs = args.work / "peer-runs"
     if runs.exists():
         shutil.rmtree(runs)
@@ -308,15 +382,6 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     }
     spec_path = args.work / "peer-spec.json"
     spec_path.write_text(json.dumps(spec, indent=1))
-    env = _child_env(
-        args.device,
-        {
-            "YOLO_OFFLINE": "1",
-            "YOLO_AUTOINSTALL": "False",
-            "YOLO_CONFIG_DIR": str(cfg),
-            "MPLCONFIGDIR": str(cfg / "mpl"),
-        },
-    )
     cmd = [args.peer_python or sys.executable, str(Path(__file__).resolve()), "--peer-half"]
     cmd.append(str(spec_path))
     print("peer: " + " ".join(cmd), flush=True)
@@ -325,16 +390,8 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     raw_path = out / "peer-raw.json"
     if not raw_path.is_file():
         return result
-    raw = json.loads(raw_path.read_text())
-    result.update(raw)
-    gt = json.loads(Path(data["val_json"]).read_text())
-    for key in (*PATHS, *(f"{path}_rect" for path in PATHS)):
-        pred = result.get(key, {}).get("predictions")
-        if pred and Path(pred).is_file():
-            if data["task"] == "obb":
-                result[key].update(rescore_rotated(Path(pred), data))
-            else:
-                result[key].update(rescore(Path(pred), gt, data, data["task"]))
+    keys = (*PATHS, *(f"{path}_rect" for path in PATHS))
+    result.update(_rescored(json.loads(raw_path.read_text()), data, keys))
     weights = Path(result.get("weights", ""))
     if data["task"] != "obb" and weights.is_file():
         try:
@@ -349,16 +406,18 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
 
 
 def validate_with_lucid(
-    weights: Path, data: dict[str, Any], args: argparse.Namespace
+    weights: Path, data: dict[str, Any], args: argparse.Namespace, *, lucid_checkpoint: bool = False
 ) -> dict[str, Any]:
-    """The peer's trained weights (its ``last.pt``: the EMA) validated by lucid's own validation.
+    """Trained weights validated by lucid's own validation: the peer's ``last.pt`` (its EMA,
+    read by ``--model.weights``' reader of the authors' layout: no code from the file runs),
+    or with ``lucid_checkpoint`` a lucid checkpoint (its EMA weights).
 
-    Loaded through ``--model.weights``' reader of the authors' layout (no code from the file
-    runs), then validated exactly as our side's last epoch is: the same letterboxed inputs, both
-    decodes, the same scorer. Beside the peer's own validation, re-scored, this tells a
-    difference in training from one in validation."""
+    Validated exactly as our side's last epoch is: the same letterboxed inputs, both decodes,
+    the same scorer. Beside the peer's own validation, re-scored, this tells a difference in
+    training from one in validation."""
     import lightning as L
 
+    from lucid_train.checkpoint import load_module
     from lucid_train.data import LucidDataModule
     from lucid_train.module import module_class, schema_arguments
 
@@ -368,13 +427,16 @@ def validate_with_lucid(
         num_workers=args.workers,
     )  # fmt: skip
     dm.setup("validate")
-    module = module_class(task)(
-        model=f"yolo26n{MODEL_SUFFIX[task]}",
-        img_size=args.imgsz,
-        capture="off",
-        weights=str(weights),
-        **schema_arguments(dm.schema),
-    )
+    if lucid_checkpoint:
+        module = load_module(weights, task=task)
+    else:
+        module = module_class(task)(
+            model=f"yolo26n{MODEL_SUFFIX[task]}",
+            img_size=args.imgsz,
+            capture="off",
+            weights=str(weights),
+            **schema_arguments(dm.schema),
+        )
     on_cpu = args.device == "cpu"
     trainer = L.Trainer(
         accelerator="cpu" if on_cpu else "gpu",
@@ -399,6 +461,41 @@ def validate_with_lucid(
                 )
     result["wall_s"] = round(time.perf_counter() - start, 1)
     return result
+
+
+def _checkpoint_of(command: str, task: str) -> str:
+    """The last checkpoint of a `lucid fit` command line (its ``--run.root``; run ``train``)."""
+    words = command.split()
+    if "--run.root" not in words:
+        return ""
+    root = Path(words[words.index("--run.root") + 1])
+    return str(root / task / "train" / "checkpoints" / "last.ckpt")
+
+
+def rescore_run(report: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """A finished run's report with every validation-side row made again by this checkout's
+    code from the trained weights, without training: ours (its checkpoint by lucid's
+    validation, then by the peer's), the peer's weights by lucid's validation. The peer's own
+    validation rows are kept as they were. For a change to validation, not to training."""
+    data = report["data"]
+    for arm, ours in report.get("ours_arms", {}).items():
+        ckpt = Path(ours.get("checkpoint") or _checkpoint_of(ours.get("command", ""), data["task"]))
+        if not ckpt.is_file():
+            continue
+        ours["checkpoint"] = str(ckpt)
+        fresh = validate_with_lucid(ckpt, data, args, lucid_checkpoint=True)
+        for path in PATHS:
+            ours.setdefault(path, {}).update(fresh[path])
+        ours["rescored"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        if data["task"] != "obb":
+            ours["ultralytics_validation"] = cross_validate(
+                args, data, ckpt, out / f"cross-acc{arm}"
+            )
+    peer = report.get("peer", {})
+    weights = Path(peer.get("weights", ""))
+    if data["task"] != "obb" and weights.is_file():
+        peer["lucid_validation"] = validate_with_lucid(weights, data, args)
+    return report
 
 
 def rescore(
@@ -489,6 +586,82 @@ def _peer_extra(task: str, metrics: Any) -> dict[str, float]:
     return {}
 
 
+def _peer_vals(
+    weights: Path, spec: dict[str, Any], common: dict[str, Any], task: str, rect_too: bool
+) -> dict[str, Any]:
+    """The peer's validator on ``weights``, both decode paths; with ``rect_too`` also its
+    rectangular batches (``e2e_rect``, ``nms_rect``)."""
+    from ultralytics import YOLO
+
+    out: dict[str, Any] = {}
+    # Scored: square letterboxed canvases, as ours validates (assumptions D19). Also kept, to
+    # measure what the inputs change: the method's default, aspect-sorted rectangular batches.
+    for key, nms, rect in (
+        ("e2e", False, False),
+        ("nms", True, False),
+        *((("e2e_rect", False, True), ("nms_rect", True, True)) if rect_too else ()),
+    ):
+        val_args = {
+            **common,
+            "data": spec["data"],
+            "nms": nms,
+            "rect": rect,
+            "save_json": True,
+            "plots": False,
+            "workers": spec["workers"],
+            "project": spec["project"],
+            "name": f"val-{key}",
+            "exist_ok": True,
+        }
+        start = time.perf_counter()
+        val_model = YOLO(str(weights))
+        seen: dict[str, Any] = {}
+        # which head the validator ran: its ``end2end`` (set from the backend) after the val
+        val_model.add_callback(
+            "on_val_end", lambda v, seen=seen: seen.update(end2end=bool(v.end2end))
+        )
+        metrics = val_model.val(**val_args)
+        out[key] = {
+            "ultralytics_mAP50-95": float(metrics.box.map),
+            "ultralytics_mAP50": float(metrics.box.map50),
+            **_peer_extra(task, metrics),
+            "validator_end2end": seen.get("end2end"),
+            "predictions": str(Path(metrics.save_dir) / "predictions.json"),
+            "val_wall_s": round(time.perf_counter() - start, 1),
+            "val_call": f"YOLO({str(weights)!r}).val(**{val_args!r})",
+        }
+    return out
+
+
+PEER_MODEL_CLASS = {
+    "detect": "DetectionModel",
+    "segment": "SegmentationModel",
+    "pose": "PoseModel",
+    "obb": "OBBModel",
+}
+
+
+def peer_validate_half(spec_path: Path) -> None:
+    """In the peer's interpreter: its model class for the task, built from its yaml with our
+    weights under its names (strictly: every tensor matched), validated by its validator."""
+    spec = json.loads(spec_path.read_text())
+    import torch
+    from ultralytics.nn import tasks
+
+    task = spec["task"]
+    kw = {"data_kpt_shape": tuple(spec["kpt_shape"])} if spec.get("kpt_shape") else {}
+    model_class = getattr(tasks, PEER_MODEL_CLASS[task])
+    model = model_class(f"yolo26n{MODEL_SUFFIX[task]}.yaml", nc=spec["nc"], verbose=False, **kw)
+    model.load_state_dict(torch.load(spec["state"]), strict=True)
+    Path(spec["project"]).mkdir(parents=True, exist_ok=True)
+    weights = Path(spec["project"]) / "lucid-weights.pt"
+    train_args = {"task": task, "imgsz": spec["imgsz"]}
+    torch.save({"model": model.half(), "train_args": train_args}, weights)
+    common = {"imgsz": spec["imgsz"], "batch": spec["batch"], "device": spec["device"]}
+    out = _peer_vals(weights, spec, common, task, rect_too=False)
+    Path(spec["result"]).write_text(json.dumps(out, indent=1))
+
+
 def peer_half(spec_path: Path) -> None:
     """The Ultralytics side, in its own process (the environment is set by `run_peer`)."""
     spec = json.loads(spec_path.read_text())
@@ -539,43 +712,7 @@ def peer_half(spec_path: Path) -> None:
     csv_path = save_dir / "results.csv"
     if csv_path.is_file():
         shutil.copy(csv_path, Path(spec["result"]).parent / "peer-results.csv")
-    # Scored: square letterboxed canvases, as ours validates (assumptions D19). Also kept, to
-    # measure what the inputs change: the method's default, aspect-sorted rectangular batches.
-    for key, nms, rect in (
-        ("e2e", False, False),
-        ("nms", True, False),
-        ("e2e_rect", False, True),
-        ("nms_rect", True, True),
-    ):
-        val_args = {
-            **common,
-            "data": spec["data"],
-            "nms": nms,
-            "rect": rect,
-            "save_json": True,
-            "plots": False,
-            "workers": spec["workers"],
-            "project": spec["project"],
-            "name": f"val-{key}",
-            "exist_ok": True,
-        }
-        start = time.perf_counter()
-        val_model = YOLO(str(last))
-        seen: dict[str, Any] = {}
-        # which head the validator ran: its ``end2end`` (set from the backend) after the val
-        val_model.add_callback(
-            "on_val_end", lambda v, seen=seen: seen.update(end2end=bool(v.end2end))
-        )
-        metrics = val_model.val(**val_args)
-        out[key] = {
-            "ultralytics_mAP50-95": float(metrics.box.map),
-            "ultralytics_mAP50": float(metrics.box.map50),
-            **_peer_extra(task, metrics),
-            "validator_end2end": seen.get("end2end"),
-            "predictions": str(Path(metrics.save_dir) / "predictions.json"),
-            "val_wall_s": round(time.perf_counter() - start, 1),
-            "val_call": f"YOLO({str(last)!r}).val(**{val_args!r})",
-        }
+    out.update(_peer_vals(last, spec, common, task, rect_too=True))
     Path(spec["result"]).write_text(json.dumps(out, indent=1))
 
 
@@ -635,6 +772,14 @@ def table(report: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     sides = [(f"lucid, accumulate {a}", r) for a, r in report.get("ours_arms", {}).items()]
+    for a, r in report.get("ours_arms", {}).items():
+        if "e2e" in r.get("ultralytics_validation", {}):
+            sides.append(
+                (
+                    f"lucid weights (accumulate {a}), Ultralytics validation",
+                    r["ultralytics_validation"],
+                )
+            )
     if "peer" in report:
         ver = report["peer"].get("versions", {}).get("ultralytics", "")
         sides.append((f"Ultralytics {ver}".strip(), report["peer"]))
@@ -689,6 +834,9 @@ def accuracy_rows(report: dict[str, Any], arm: str) -> list[dict[str, Any]]:
                     "ultralytics": peer.get(path, {}).get(key),
                     "ultralytics_lucid_validation": lucid_val.get(path, {}).get(key),
                     "ultralytics_rect_batches": peer.get(f"{path}_rect", {}).get(key),
+                    "lucid_ultralytics_validation": ours.get("ultralytics_validation", {})
+                    .get(path, {})
+                    .get(key),
                     "lucid_accumulate": arm,
                     "seed": report["settings"].get("seed", 0),
                 }
@@ -749,9 +897,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ours-python", default=None, help="interpreter for our side")
     parser.add_argument("--peer-python", default=None, help="interpreter for the Ultralytics side")
     parser.add_argument("--peer-half", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--peer-validate", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--no-cross", action="store_true", help="skip our weights through the peer's validator"
+    )
     args = parser.parse_args(argv)
     if args.peer_half is not None:
         peer_half(args.peer_half)
+        return
+    if args.peer_validate is not None:
+        peer_validate_half(args.peer_validate)
         return
     if args.out is None:
         parser.error("--out is required")
@@ -780,6 +935,12 @@ def main(argv: list[str] | None = None) -> None:
         report["ours_arms"] = {a: run_ours(args, data, out, a) for a in arms}
     if not args.ours_only:
         report["peer"] = run_peer(args, data, out)
+    if not args.peer_only and not args.no_cross:  # the peer's interpreter validates ours too
+        for arm, ours in report["ours_arms"].items():
+            if Path(ours.get("checkpoint", "")).is_file():
+                ours["ultralytics_validation"] = cross_validate(
+                    args, data, Path(ours["checkpoint"]), out / f"cross-acc{arm}"
+                )
     v = verdict(report, arms[-1])
     if v is not None:
         report["verdict"] = v
