@@ -610,7 +610,6 @@ class YOLOModule(L.LightningModule):
         return topk_decode(self.forward_network(images), max_det=self.hparams["max_det"])
 
 
-@rank_zero_only
 def _writes_logs_now(trainer: L.Trainer) -> bool:
     """Whether Lightning writes this training batch's step logs (every ``log_every_n_steps``).
     Its logger connector knows; without one (another Lightning), every batch is logged."""
@@ -618,6 +617,7 @@ def _writes_logs_now(trainer: L.Trainer) -> bool:
     return bool(getattr(connector, "should_update_logs", True))
 
 
+@rank_zero_only
 def _print_once(line: str) -> None:
     print(line)
 
