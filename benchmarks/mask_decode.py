@@ -54,41 +54,13 @@ def threshold_at_source(
 
 
 def main() -> None:
-    import lightning as L
-
-    from lucid_train.data import AugmentConfig, LucidDataModule, SyntheticSpec
-    from lucid_train.module import module_class, schema_arguments
-    from lucid_train.overfit import spec_for
-    from lucid_train.runs import build_trainer
+    from lucid_train.overfit import fit_overfit, spec_for
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     spec = spec_for("segment", "cpu")
-    L.seed_everything(spec.seed, workers=True)
-    still = AugmentConfig(
-        hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, translate=0.0, scale=0.0, fliplr=0.0, mosaic=0.0,
-        close_mosaic=0,
-    )  # fmt: skip
-    dm = LucidDataModule(
-        "segment", img_size=spec.img_size, batch_size=spec.batch_size, num_workers=0,
-        augment=still, seed=spec.seed, val_split="train", cache_dir=args.out / "data",
-        synthetic=SyntheticSpec(num_train=spec.images, num_val=2, min_side=128, max_side=192),
-    )  # fmt: skip
-    dm.setup("fit")
-    module = module_class("segment")(
-        spec.model, **schema_arguments(dm.schema), optimizer=spec.optimizer, lr0=spec.lr0,
-        warmup_epochs=spec.warmup_epochs, img_size=spec.img_size, capture="off",
-        accumulate=spec.accumulate,
-    )  # fmt: skip
-    trainer = build_trainer(
-        None, max_epochs=spec.epochs, precision=spec.precision, accelerator="cpu", devices=1,
-        deterministic=True, enable_progress_bar=False, enable_model_summary=False,
-        check_val_every_n_epoch=spec.epochs,
-    )  # fmt: skip
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=dm)
-    fit_s = round(time.perf_counter() - start, 1)
+    module, trainer, dm, fit_s = fit_overfit(spec, args.out)
     authors = dict(module.last_metrics)
     chosen = validation.masks_to_source
     validation.masks_to_source = threshold_at_source

@@ -300,6 +300,40 @@ def _peer_env(args: argparse.Namespace) -> tuple[dict[str, str], Path]:
     return _child_env(args.device, extra), font
 
 
+def _run_peer_half(
+    args: argparse.Namespace,
+    data: dict[str, Any],
+    flag: str,
+    project: Path,
+    result: Path,
+    log: Path,
+    **extra: Any,
+) -> tuple[int, float, Path]:
+    """Run this script's ``flag`` half (``--peer-half``, ``--peer-validate``) in the peer's
+    interpreter on a spec of the common settings plus ``extra``; ``(exit, wall s, TTF)``. The
+    half writes its results to ``result``."""
+    env, font = _peer_env(args)
+    if project.exists():
+        shutil.rmtree(project)
+    spec = {
+        "task": data["task"],
+        "data": data["peer_data_yaml"],
+        "imgsz": args.imgsz,
+        "batch": args.batch,
+        "workers": args.workers,
+        "device": "cpu" if args.device == "cpu" else "0",
+        "project": str(project),
+        "result": str(result),
+        **extra,
+    }
+    spec_path = args.work / f"{flag.removeprefix('--')}-spec.json"
+    spec_path.write_text(json.dumps(spec, indent=1))
+    cmd = [args.peer_python or sys.executable, str(Path(__file__).resolve()), flag, str(spec_path)]
+    print("peer: " + " ".join(cmd), flush=True)
+    rc, wall = _run_logged(cmd, env, log, args.side_timeout)
+    return rc, wall, font
+
+
 def _rescored(raw: dict[str, Any], data: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     """``raw``'s peer-validator results with each path's predictions re-scored by ours."""
     gt = json.loads(Path(data["val_json"]).read_text())
@@ -332,28 +366,17 @@ def cross_validate(
     state = args.work / "lucid-weights-authors-names.pt"
     torch.save(authors_state_dict(module, dtype=torch.float32), state)
     keypoints = module.hparams.get("num_keypoints")
-    project = args.work / "cross-runs"
-    if project.exists():
-        shutil.rmtree(project)
-    spec = {
-        "task": data["task"],
-        "state": str(state),
-        "nc": int(module.hparams["num_classes"]),
-        "kpt_shape": [int(keypoints), 3] if keypoints else None,
-        "data": data["peer_data_yaml"],
-        "imgsz": args.imgsz,
-        "batch": args.batch,
-        "workers": args.workers,
-        "device": "cpu" if args.device == "cpu" else "0",
-        "project": str(project),
-        "result": str(out / "cross-raw.json"),
-    }
-    spec_path = args.work / "cross-spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1))
-    env, _ = _peer_env(args)
-    cmd = [args.peer_python or sys.executable, str(Path(__file__).resolve()), "--peer-validate"]
-    cmd.append(str(spec_path))
-    rc, wall = _run_logged(cmd, env, out / "cross.log", args.side_timeout)
+    rc, wall, _ = _run_peer_half(
+        args,
+        data,
+        "--peer-validate",
+        args.work / "cross-runs",
+        out / "cross-raw.json",
+        out / "cross.log",
+        state=str(state),
+        nc=int(module.hparams["num_classes"]),
+        kpt_shape=[int(keypoints), 3] if keypoints else None,
+    )
     result: dict[str, Any] = {"exit": rc, "wall_s": round(wall, 1), "checkpoint": str(checkpoint)}
     raw = out / "cross-raw.json"
     if raw.is_file():
@@ -364,28 +387,16 @@ def cross_validate(
 def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[str, Any]:
     """Train and validate Ultralytics yolo26n in a subprocess, then re-score its predictions with
     our pycocotools scorer."""
-    env, font = _peer_env(args)
-    runs = args.work / "peer-runs"
-    if runs.exists():
-        shutil.rmtree(runs)
-    spec = {
-        "task": data["task"],
-        "seed": args.seed,
-        "data": data["peer_data_yaml"],
-        "epochs": args.epochs,
-        "imgsz": args.imgsz,
-        "batch": args.batch,
-        "workers": args.workers,
-        "device": "cpu" if args.device == "cpu" else "0",
-        "project": str(runs),
-        "result": str(out / "peer-raw.json"),
-    }
-    spec_path = args.work / "peer-spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1))
-    cmd = [args.peer_python or sys.executable, str(Path(__file__).resolve()), "--peer-half"]
-    cmd.append(str(spec_path))
-    print("peer: " + " ".join(cmd), flush=True)
-    rc, wall = _run_logged(cmd, env, out / "peer.log", args.side_timeout)
+    rc, wall, font = _run_peer_half(
+        args,
+        data,
+        "--peer-half",
+        args.work / "peer-runs",
+        out / "peer-raw.json",
+        out / "peer.log",
+        seed=args.seed,
+        epochs=args.epochs,
+    )
     result: dict[str, Any] = {"exit": rc, "wall_s": round(wall, 1), "font": str(font)}
     raw_path = out / "peer-raw.json"
     if not raw_path.is_file():

@@ -101,6 +101,15 @@ def spec_for(task: Task, preset: str = "cpu") -> OverfitSpec:
 def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
     """Train ``spec`` under ``workdir`` and return the final validation metrics (both decode
     paths, keys as logged without the ``val/`` prefix) plus ``seconds``."""
+    module, _, _, seconds = fit_overfit(spec, workdir)
+    metrics = dict(module.last_metrics)
+    metrics["seconds"] = seconds
+    return metrics
+
+
+def fit_overfit(spec: OverfitSpec, workdir: Path) -> tuple[Any, Any, Any, float]:
+    """Train ``spec`` under ``workdir``: ``(module, trainer, datamodule, seconds)``, the module
+    holding its last validation in ``last_metrics`` (for a caller that validates again)."""
     import lightning as L
 
     from lucid_train.data import AugmentConfig, LucidDataModule, SyntheticSpec
@@ -147,9 +156,7 @@ def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=dm)
-    metrics = dict(module.last_metrics)
-    metrics["seconds"] = round(time.perf_counter() - start, 1)
-    return metrics
+    return module, trainer, dm, round(time.perf_counter() - start, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
