@@ -58,9 +58,12 @@ def _reference_module(task: str) -> type[L.LightningModule]:
     return Reference
 
 
-def test_the_step_rows_and_epoch_means_are_lightnings_own(
-    small_synthetic: Callable[[str], Path], tmp_path: Path
+@pytest.mark.parametrize("every", [2, 1000])
+def test_the_step_rows_epoch_means_and_last_values_are_lightnings_own(
+    every: int, small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
+    """``every`` 1000: no step row is written, and the fit still ends with the last batch's
+    step values (a resumed fit is compared with a straight one on them)."""
     dm = LucidDataModule(
         "detect", small_synthetic("detect"), img_size=64, batch_size=4, num_workers=0
     )
@@ -72,7 +75,7 @@ def test_the_step_rows_and_epoch_means_are_lightnings_own(
     trainer = L.Trainer(
         accelerator="cpu",
         max_epochs=2,
-        log_every_n_steps=2,
+        log_every_n_steps=every,
         logger=CSVLogger(tmp_path, name="log"),
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -85,7 +88,11 @@ def test_the_step_rows_and_epoch_means_are_lightnings_own(
     assert names and len(names) >= 3
     step_rows = [r for r in rows if r.get(f"ref/{names[0]}_step")]
     epoch_rows = [r for r in rows if r.get("ref/loss")]
-    assert len(step_rows) >= 2 and len(epoch_rows) == 2
+    assert len(step_rows) >= (2 if every == 2 else 0) and len(epoch_rows) == 2
+    last = trainer.callback_metrics
+    for name in names:
+        assert f"train/{name}_step" in last, sorted(last)
+        assert torch.equal(last[f"train/{name}_step"], last[f"ref/{name}_step"])
     for r in step_rows:
         for name in names:
             assert float(r[f"train/{name}_step"]) == pytest.approx(

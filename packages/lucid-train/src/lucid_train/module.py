@@ -384,7 +384,10 @@ class YOLOModule(L.LightningModule):
         # Lightning gets the step values only when it writes them, the epoch means at the end
         # (`loss_log`). Not prog_bar: Lightning would turn them into numbers every batch, a wait
         # for the GPU each time; the run's bar shows them every LOG_INTERVAL batches instead.
-        if _writes_logs_now(self.trainer):
+        # The epoch's last batch too, so that the fit ends with the last batch's step values in
+        # `callback_metrics`, as Lightning's per-batch logging left them (Lightning writes no row
+        # for it unless its cadence says so).
+        if _writes_logs_now(self.trainer) or batch_idx + 1 == self.trainer.num_training_batches:
             for name, value in zip(terms.names, items.unbind(0), strict=True):
                 self.log(f"train/{name}_step", value, on_step=True, on_epoch=False, batch_size=bs)
         total: Tensor = terms.total
