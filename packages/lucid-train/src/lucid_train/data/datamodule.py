@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.coco import coco_document
 from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset, worker_init
+from lucid_train.data.epoch_loader import EpochLoader
 from lucid_train.data.image_io import Verify
 from lucid_train.data.layout import Layout, read_split
 from lucid_train.data.ram_cache import RamImages
@@ -258,10 +259,16 @@ class LucidDataModule(L.LightningDataModule):
         return coco_document(index)
 
     def _loader(
-        self, dataset: Any, *, sampler: Any = None, shuffle: bool = False, drop_last: bool = False
+        self,
+        dataset: Any,
+        *,
+        sampler: Any = None,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        kind: type[DataLoader[Batch]] = DataLoader,
     ) -> DataLoader[Batch]:
         workers = self._workers(self.world_size) if self._auto_workers else self.num_workers
-        return DataLoader(
+        return kind(
             dataset,
             batch_size=self.device_batch_size,
             sampler=sampler,
@@ -299,7 +306,8 @@ class LucidDataModule(L.LightningDataModule):
         batch = self.device_batch_size
         sampler = EpochSampler(len(dataset), rank=rank, world_size=world, batch_size=batch)
         drop_last = len(sampler) >= batch
-        return self._loader(dataset, sampler=sampler, drop_last=drop_last)
+        # its workers prepare the next epoch's batches while this one trains (`epoch_loader`)
+        return self._loader(dataset, sampler=sampler, drop_last=drop_last, kind=EpochLoader)
 
     def val_dataloader(self) -> DataLoader[Batch]:
         index = self._index("val")

@@ -273,10 +273,14 @@ class EpochSampler(Sampler[tuple[int, int]]):
         return max(self.length // (self.world_size * self.batch_size), 1) * self.batch_size
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
+        return self.keys(self.epoch)
+
+    def keys(self, epoch: int) -> Iterator[tuple[int, int]]:
+        """The keys of ``epoch``, whatever epoch is set (a loader running ahead reads them)."""
         b, world = self.batch_size, self.world_size
         for i in range(len(self)):
             k, j = divmod(i, b)
-            yield (self.epoch, ((world * k + self.rank) * b + j) % self.length)
+            yield (epoch, ((world * k + self.rank) * b + j) % self.length)
 
 
 def worker_init(worker_id: int) -> None:
