@@ -3,7 +3,7 @@
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/mask_decode.py --out OUT
 
 Trains the CPU micro-overfit of segment (`lucid_train.overfit`'s preset: 4 images, 128 px, 100
-epochs), then validates its weights twice: with `validation.masks_to_source` (the authors' order,
+epochs), then validates its weights twice: with `validation.masks_on_source` (the authors' order,
 assumptions D20: threshold on the canvas, resize the 0/1 mask, keep where it stays 1) and with the
 order lucid used before (logits resized to the source, thresholded there). Writes
 ``OUT/mask_decode.json`` and prints both sets of metrics.
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -32,12 +33,12 @@ def threshold_at_source(
     letterbox: tuple[float, float, float],
     canvas: int,
     orig_hw: tuple[int, int],
-) -> np.ndarray:
+) -> Tensor:
     """The order before D20: logits to the canvas, padding cut, logits to the source, > 0 there,
     kept inside the box by source pixel centres."""
     h0, w0 = orig_hw
     if coefficients.shape[0] == 0:
-        return np.zeros((0, h0, w0), bool)
+        return torch.zeros((0, h0, w0), dtype=torch.bool)
     gain, px, py = letterbox
     logits = assemble_masks(coefficients[None], prototypes[None])
     logits = F.interpolate(logits, size=(canvas, canvas), mode="bilinear", align_corners=False)
@@ -49,8 +50,7 @@ def threshold_at_source(
     xs = np.arange(w0)[None, None, :] + 0.5
     b = boxes_src[:, :, None, None]
     inside = (xs >= b[:, 0]) & (xs < b[:, 2]) & (ys >= b[:, 1]) & (ys < b[:, 3])
-    out: np.ndarray = masks & inside
-    return out
+    return torch.from_numpy(masks & inside)
 
 
 def main() -> None:
@@ -62,12 +62,12 @@ def main() -> None:
     spec = spec_for("segment", "cpu")
     module, trainer, dm, fit_s = fit_overfit(spec, args.out)
     authors = dict(module.last_metrics)
-    chosen = validation.masks_to_source
-    validation.masks_to_source = threshold_at_source
+    chosen = validation.masks_on_source
+    validation.masks_on_source = threshold_at_source
     try:
         trainer.validate(module, datamodule=dm, verbose=False)
     finally:
-        validation.masks_to_source = chosen
+        validation.masks_on_source = chosen
     before = dict(module.last_metrics)
     doc: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -76,6 +76,34 @@ def test_targets_pad_to_the_capacity_and_a_batch_that_does_not_fit_keeps_its_siz
     assert tight.prepare_targets(batch).mask.shape[1] == largest
 
 
+def test_a_batch_over_the_recorded_capacity_grows_it_and_a_given_capacity_stays(
+    small_synthetic: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With capture on and no `loss_capacity`, the first batch over the recorded capacity sets a
+    larger one (at least double, a multiple of 32 above its largest count), so that the next
+    batches replay; the recording is made again at the next call. A capacity the user gave
+    stays, and the batch over it runs eager at its own size."""
+    dm, module = _setup(small_synthetic("detect"), "detect", capture="on")
+    batch = next(iter(dm.train_dataloader()))
+    largest = int(torch.bincount(batch.batch_idx).max())
+    recorder = module.loss_recorder
+    recorder.enabled = True  # as a fit's CaptureCallback does
+    recorder.capacity = largest - 1  # the default guess, made too small for this batch
+    assert module.target_capacity == largest - 1
+    grown = module.capacity_for(batch)
+    assert grown is not None and grown >= max(2 * (largest - 1), largest) and grown % 32 == 0
+    assert recorder.capacity == grown == module.target_capacity
+    assert module.prepare_targets(batch).mask.shape[1] == grown
+    assert "recording the loss again at" in capsys.readouterr().out
+    recorder.stats.recordings = recorder.max_recordings - 1  # no recording left to spend
+    recorder.capacity = largest - 1
+    assert module.capacity_for(batch) is None and recorder.capacity == largest - 1
+    _, given = _setup(small_synthetic("detect"), "detect", capture="on", loss_capacity=largest - 1)
+    given.loss_recorder.enabled = True
+    assert given.capacity_for(batch) is None
+    assert given.prepare_targets(batch).mask.shape[1] == largest
+
+
 def test_unknown_capture_mode_and_empty_capacity_are_refused(
     small_synthetic: Callable[[str], Path],
 ) -> None:

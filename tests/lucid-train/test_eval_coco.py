@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
@@ -195,3 +196,40 @@ def test_scoring_leaves_the_collected_detections_as_they_were() -> None:
     first = ev.compute()
     assert ev.detections == before
     assert ev.compute() == first
+
+
+def test_rle_encode_of_a_tensor_is_pycocotools_encode() -> None:
+    """Runs found on the tensor give pycocotools' own RLEs: random masks, empty and full ones,
+    masks that start on, and a single image."""
+    from pycocotools import mask as mask_utils
+
+    from lucid_train.evaluation.coco_eval import rle_encode
+
+    g = torch.Generator().manual_seed(0)
+    h, w = 37, 53
+    masks = torch.rand(6, h, w, generator=g) > 0.6
+    masks[1] = False
+    masks[2] = True
+    masks[3, 0, 0] = True
+    masks[4] = False
+    masks[4, 10:20, 5:30] = True  # a box of ones, as a decoded mask
+    theirs = mask_utils.encode(np.asfortranarray(masks.numpy().transpose(1, 2, 0).astype(np.uint8)))
+    assert rle_encode(masks) == theirs
+    assert rle_encode(masks[:0]) == []
+    one = rle_encode(masks[5:6])
+    assert one == theirs[5:6]
+    assert np.array_equal(mask_utils.decode(one)[:, :, 0], masks[5].numpy())
+
+
+def test_an_evaluator_given_mask_tensors_scores_as_given_arrays() -> None:
+    boxes = np.array([[12.0, 8.0, 108.0, 104.0], [50.0, 60.0, 90.0, 140.0]])
+    masks = np.zeros((2, 200, 200), bool)
+    masks[0, 8:104, 12:108] = True  # overlaps image 1's square partly
+    masks[1, 60:140, 50:90] = True
+    results = []
+    for given in (masks, torch.from_numpy(masks)):
+        ev = CocoEvaluator(_gt(), category_ids=(5, 9), iou_types=("bbox", "segm"))
+        ev.add(1, boxes, [0.9, 0.8], [0, 1], masks=given)
+        results.append(ev.compute())
+    assert results[0] == results[1]
+    assert 0.0 < results[0]["segm"]["mAP"] < 1.0

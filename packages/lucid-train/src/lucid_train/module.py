@@ -83,6 +83,7 @@ __all__ = [
 
 OVERLAY_IMAGES = 4  # validation images drawn with their predictions under runs/
 CAPTURE_CAPACITY = 32  # padded targets per image when capture is on and no capacity is given
+MAX_GROWN_CAPACITY = 512  # the most `YOLOModule._grow_capacity` records the loss for
 CAPTURE_MODES = ("auto", "on", "off")
 CaptureMode = Literal["auto", "on", "off"]
 # The module arguments that describe the dataset's labels rather than the training: a fit takes
@@ -317,9 +318,43 @@ class YOLOModule(L.LightningModule):
         return targets
 
     def capacity_for(self, batch: Batch) -> int | None:
-        """`target_capacity` when ``batch`` fits it, else None (the batch's own largest)."""
+        """`target_capacity` when ``batch`` fits it, else None (the batch's own largest). With
+        capture on and no `loss_capacity` given, a batch over the recorded capacity grows it
+        first (`_grow_capacity`), so that the next batches replay instead of running eager."""
         capacity = self.target_capacity
-        return capacity if capacity is not None and capacity_fits(batch, capacity) else None
+        if capacity is None or capacity_fits(batch, capacity):
+            return capacity
+        return self._grow_capacity(batch)
+
+    def _grow_capacity(self, batch: Batch) -> int | None:
+        """A larger recorded loss capacity for ``batch`` and those like it, or None (run eager).
+
+        The capacity is a guess made before the data is seen (32 rows an image): a mosaic of
+        four busy images holds more, and COCO's busiest hold over a hundred. Every batch over it
+        ran the loss eager for the whole fit. Now the first such batch sets the capacity to at
+        least twice the old one and a quarter above its own largest count (a multiple of 32),
+        and the loss is recorded again at the next call; the old recording is freed. The sums
+        over the slots do not depend on the capacity (docs/capture.md, "Padding capacity"), so
+        the bits stay those of eager. Bounded by the recorder's `max_recordings` (one is kept
+        for a retirement) and `MAX_GROWN_CAPACITY`; a capacity given as `loss_capacity` stays."""
+        recorder = self.loss_recorder
+        if self.hparams["loss_capacity"] is not None or not recorder.enabled:
+            return None
+        if recorder.stats.recordings >= recorder.max_recordings - 1:
+            return None
+        largest = int(torch.bincount(batch.batch_idx, minlength=len(batch)).max())
+        grown = min(max(2 * recorder.capacity, -(-largest * 5 // 4 // 32) * 32), MAX_GROWN_CAPACITY)
+        if grown < largest:
+            return None
+        _print_once(
+            f"lucid-capture [loss]: a batch holds {largest} targets in one image, over the "
+            f"recorded capacity of {recorder.capacity}: recording the loss again at {grown}"
+        )
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()  # the last replay has finished with the graphs freed here
+        recorder.release()  # the next call records at the new capacity
+        recorder.capacity = grown
+        return grown
 
     def forward_network(self, images: Tensor) -> ModelOutput:
         """``(B, 3, S, S)`` -> `ModelOutput`; the one place the network runs, through its

@@ -30,6 +30,7 @@ __all__ = [
     "ValidationScorer",
     "decode_paths",
     "format_table",
+    "masks_on_source",
     "masks_to_source",
 ]
 
@@ -88,16 +89,34 @@ def masks_to_source(
     canvas: int,
     orig_hw: tuple[int, int],
 ) -> np.ndarray:
+    """`masks_on_source` on the host."""
+    out: np.ndarray = (
+        masks_on_source(coefficients, prototypes, boxes_src, letterbox, canvas, orig_hw)
+        .cpu()
+        .numpy()
+    )
+    return out
+
+
+def masks_on_source(
+    coefficients: Tensor,
+    prototypes: Tensor,
+    boxes_src: np.ndarray,
+    letterbox: tuple[float, float, float],
+    canvas: int,
+    orig_hw: tuple[int, int],
+) -> Tensor:
     """``(D, M)`` coefficients and ``(M, h, w)`` prototypes of one image -> ``(D, H0, W0)`` bool
-    masks at the source size, in the authors' order (assumptions D20): assemble, upsample the
-    logits bilinearly to the canvas and threshold them at 0 there, keep the canvas pixels inside
-    the box (pixel ``i`` with ``x1 <= i < x2``), cut the letterbox padding, resize the 0/1 mask
-    bilinearly to the source and keep the pixels where it stays 1. A source pixel that reads any
-    background canvas pixel is dropped: about half a canvas pixel comes off every side, which
-    offsets the training targets' outline (their fill includes it, D14)."""
+    masks at the source size, on the prototypes' device, in the authors' order (assumptions D20):
+    assemble, upsample the logits bilinearly to the canvas and threshold them at 0 there, keep
+    the canvas pixels inside the box (pixel ``i`` with ``x1 <= i < x2``), cut the letterbox
+    padding, resize the 0/1 mask bilinearly to the source and keep the pixels where it stays 1.
+    A source pixel that reads any background canvas pixel is dropped: about half a canvas pixel
+    comes off every side, which offsets the training targets' outline (their fill includes it,
+    D14)."""
     h0, w0 = orig_hw
     if coefficients.shape[0] == 0:
-        return np.zeros((0, h0, w0), bool)
+        return torch.zeros((0, h0, w0), dtype=torch.bool, device=prototypes.device)
     gain, px, py = letterbox
     logits = assemble_masks(coefficients[None], prototypes[None])  # (1, D, h, w)
     logits = F.interpolate(logits, size=(canvas, canvas), mode="bilinear", align_corners=False)
@@ -113,8 +132,7 @@ def masks_to_source(
     hh, ww = max(round(h0 * gain), 1), max(round(w0 * gain), 1)
     kept = on[:, y0 : y0 + hh, x0 : x0 + ww].float()
     up = F.interpolate(kept[None], size=(h0, w0), mode="bilinear", align_corners=False)[0]
-    out: np.ndarray = (up >= 1.0).cpu().numpy()
-    return out
+    return up >= 1.0
 
 
 class ValidationScorer:
@@ -208,7 +226,7 @@ class ValidationScorer:
                     n = min(int(keep.sum()), self.settings.max_masks)
                     b, s, lab = b[:n], s[:n], lab[:n]
                     kwargs = {k: v[:n] for k, v in kwargs.items()}
-                    kwargs["masks"] = masks_to_source(
+                    kwargs["masks"] = masks_on_source(  # run-length encoded where they are
                         det.mask_coefficients[i, :n].float(),
                         output.prototypes[i].float(),
                         b,
