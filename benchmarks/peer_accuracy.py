@@ -45,6 +45,12 @@ def main(argv: list[str] | None = None) -> None:
         help="train nothing: make the validation rows of the finished runs in --out again with "
         "this checkout's code (after a change to validation), then write the tables",
     )
+    parser.add_argument(
+        "--tables",
+        action="store_true",
+        help="train nothing: write the tables of the runs that finished in --out (a call that "
+        "ran out of time before the driver wrote them)",
+    )
     args = parser.parse_args(argv)
     tasks = [t for t in args.tasks.split(",") if t]
     arms = [a for a in args.arms.split(",") if a]
@@ -67,8 +73,9 @@ def main(argv: list[str] | None = None) -> None:
                        "--work", str(args.work / name)]  # fmt: skip
                 queue.append(((task, name), cmd, args.out / name))
     running: list[tuple[tuple[str, str], subprocess.Popen[bytes]]] = []
-    if args.rescore:
+    if args.rescore or args.tables:
         queue = []
+    if args.rescore:
         _rescore(args, tasks, arms, seeds)
     for key, cmd, out in queue:
         while args.jobs and len(running) >= args.jobs:

@@ -166,6 +166,29 @@ def test_nms_path_reads_one2many_and_suppresses_same_class_overlaps_only() -> No
     assert det.labels.tolist() == [[2, 1, 1, -1]]
 
 
+def test_the_nms_path_of_rotated_boxes_suppresses_by_their_probiou_not_their_envelopes() -> None:
+    """Two thin boxes crossed at right angles share one axis-aligned envelope (box IoU 1) and
+    barely overlap as rotated boxes: both are kept; the same box twice keeps one."""
+    o2m = _branch(angles=torch.zeros(1, A))
+    a, b, c = _anchor(0, 4, 4), _anchor(0, 4, 5), _anchor(0, 0, 0)
+    for anchor, logit in ((a, 3.0), (b, 2.0), (c, 1.0)):
+        o2m.logits[0, anchor, 2] = logit
+    o2m.boxes[0, a] = torch.tensor([3.0, 0.25, 3.0, 0.25])  # 48 x 4 px about a's centre
+    o2m.angles[0, a] = math.pi / 4  # type: ignore[index]
+    h = math.sqrt(0.5)  # b's centre one cell left along its own axes: a's centre
+    o2m.boxes[0, b] = torch.tensor([3.0 + h, 0.25 + h, 3.0 - h, 0.25 - h])
+    o2m.angles[0, b] = -math.pi / 4  # type: ignore[index]
+    o2m.boxes[0, c] = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    det = nms_decode(_output(_branch(), o2m), max_det=4, score_threshold=0.01, iou_threshold=0.7)
+    assert det.anchor_indices.tolist() == [[a, b, c, -1]]
+    assert det.rotated is not None
+    torch.testing.assert_close(det.rotated[0, 0, :2], det.rotated[0, 1, :2])
+    o2m.angles[0, b] = math.pi / 4  # type: ignore[index]
+    o2m.boxes[0, b] = torch.tensor([3.0 + h, 0.25 - h, 3.0 - h, 0.25 + h])  # a's box exactly
+    det = nms_decode(_output(_branch(), o2m), max_det=4, score_threshold=0.01, iou_threshold=0.7)
+    assert det.anchor_indices.tolist() == [[a, c, -1, -1]]
+
+
 def test_nms_path_refuses_a_deploy_output() -> None:
     """A deploy view has no one-to-many branch, which the NMS path needs."""
     with pytest.raises(ValueError, match="one-to-many"):

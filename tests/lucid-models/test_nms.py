@@ -92,3 +92,54 @@ def test_blocks_of_the_greedy_pass_keep_what_one_pass_keeps(
         batched_nms(boxes, scores, labels, 0.4, max_keep=block + 3).tolist()
         == (reference[: block + 3])
     )
+
+
+def _fast_reference(rboxes: Tensor, scores: Tensor, labels: Tensor, thr: float) -> list[int]:
+    """Fast-NMS pair by pair: a box goes when any higher-scored box of its class overlaps it."""
+    from lucid_models.probiou import probiou
+
+    order = scores.argsort(descending=True, stable=True).tolist()
+    kept = []
+    for j_pos, j in enumerate(order):
+        if not any(
+            labels[i] == labels[j] and float(probiou(rboxes[i], rboxes[j])) > thr
+            for i in order[:j_pos]
+        ):
+            kept.append(j)
+    return kept
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rotated_fast_nms_keeps_what_the_pairwise_fast_nms_keeps(seed: int) -> None:
+    """Across the 256-row blocks too (300 boxes), and class-wise."""
+    from lucid_models import rotated_fast_nms
+
+    g = torch.Generator().manual_seed(seed)
+    n = 300
+    centres = torch.rand(n, 2, generator=g) * 200
+    sizes = torch.rand(n, 2, generator=g) * 40 + 4
+    angles = (torch.rand(n, 1, generator=g) - 0.5) * 3.1
+    rboxes = torch.cat([centres, sizes, angles], dim=1)
+    scores = torch.rand(n, generator=g)
+    labels = torch.randint(0, 3, (n,), generator=g)
+    kept = rotated_fast_nms(rboxes, scores, labels, 0.5)
+    assert kept.tolist() == _fast_reference(rboxes, scores, labels, 0.5)
+    assert rotated_fast_nms(rboxes, scores, labels, 0.5, max_keep=7).tolist() == kept[:7].tolist()
+    assert rotated_fast_nms(rboxes[:0], scores[:0], labels[:0], 0.5).numel() == 0
+
+
+def test_a_box_dropped_by_fast_nms_still_drops_the_boxes_it_overlaps() -> None:
+    """The authors' Fast-NMS, not greedy: a > b > c in score, a overlaps b, b overlaps c, a and c
+    apart. Greedy keeps a and c; Fast-NMS keeps a only."""
+    from lucid_models import rotated_fast_nms
+    from lucid_models.probiou import probiou
+
+    a = torch.tensor([0.0, 0.0, 20.0, 10.0, 0.0])
+    b = torch.tensor([5.0, 0.0, 20.0, 10.0, 0.0])
+    c = torch.tensor([10.0, 0.0, 20.0, 10.0, 0.0])
+    thr = float(probiou(a, c)) + 0.01  # a-c under it, a-b and b-c over it
+    assert float(probiou(a, b)) > thr and float(probiou(b, c)) > thr
+    kept = rotated_fast_nms(
+        torch.stack([a, b, c]), torch.tensor([0.9, 0.8, 0.7]), torch.zeros(3), thr
+    )
+    assert kept.tolist() == [0]

@@ -24,7 +24,7 @@ from lucid_models.decode import (
 from lucid_models.deploy import DeployView
 from lucid_models.export import ONNX_OPSET, ONNX_OPSETS, OnnxCheck, export_onnx, verify_onnx
 from lucid_models.model import YOLO26
-from lucid_models.nms import batched_nms, box_iou
+from lucid_models.nms import batched_nms, box_iou, rotated_fast_nms
 from lucid_models.outputs import BranchOutput, Detections, ModelOutput, Task
 from lucid_models.scales import SCALES, Scale
 
@@ -55,6 +55,7 @@ __all__ = [
     "export_onnx",
     "make_anchors",
     "nms_decode",
+    "rotated_fast_nms",
     "topk_decode",
     "verify_onnx",
 ]

@@ -3,7 +3,8 @@
 * :func:`topk_decode` reads the one-to-one branch: sigmoid, best class per anchor, the ``k``
   best anchors per image; no IoU, no NMS (the end-to-end path).
 * :func:`nms_decode` reads the one-to-many branch: best class per anchor, a score floor,
-  class-wise greedy NMS, the ``k`` best survivors.
+  class-wise NMS (greedy by box IoU; the authors' Fast-NMS by ProbIoU for rotated boxes), the
+  ``k`` best survivors.
 
 Both return a fixed-shape :class:`Detections` whose per-detection extras (mask coefficients,
 rotated boxes, keypoints) are gathered by the same anchor indices as the boxes. Decoding runs in
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lucid_models.nms import batched_nms
+from lucid_models.nms import batched_nms, rotated_fast_nms
 from lucid_models.outputs import BranchOutput, Detections, ModelOutput
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "nms_decode",
     "topk_decode",
 ]
+
+MAX_NMS = 30_000  # candidates an image the NMS path sorts at most (the authors' ``max_nms``)
 
 
 def decode_boxes(distances: Tensor, anchor_points: Tensor, anchor_strides: Tensor) -> Tensor:
@@ -223,9 +226,11 @@ def nms_decode(
     """NMS decode of the one-to-many branch, padded to ``max_det`` rows per image.
 
     Each anchor keeps its best class (with ``multi_label``, every class scoring above
-    ``score_threshold``: the authors' validation, assumptions D21); candidates scoring above
-    ``score_threshold`` go through class-wise greedy NMS on their axis-aligned boxes (for obb
-    too: see assumptions.md M10); the ``max_det`` best survivors are kept.
+    ``score_threshold``: the authors' validation, assumptions D21); the candidates scoring above
+    ``score_threshold`` (at most the `MAX_NMS` best, as the authors cap them) go through
+    class-wise NMS: greedy by box IoU (`batched_nms`), or for rotated boxes the authors'
+    Fast-NMS by ProbIoU (`rotated_fast_nms`, assumptions M10); the ``max_det`` best survivors
+    are kept.
 
     Raises:
         ValueError: the output has no one-to-many branch (a deploy view).
@@ -234,30 +239,34 @@ def nms_decode(
     if branch is None:
         raise ValueError("nms_decode reads the one-to-many branch; a deploy view has none")
     probs = branch.logits.float().sigmoid()  # (B, A, C)
-    best, labels = probs.max(dim=-1)  # (B, A)
-    boxes = decode_boxes(branch.boxes, output.anchor_points, output.anchor_strides)  # (B, A, 4)
-    B = best.shape[0]
-    indices = torch.full((B, max_det), -1, dtype=torch.long, device=best.device)
-    if multi_label:
-        kept_scores = torch.zeros((B, max_det), device=best.device)
-        kept_labels = torch.full((B, max_det), -1, dtype=torch.long, device=best.device)
-        for b in range(B):
+    points, strides = output.anchor_points, output.anchor_strides
+    boxes = decode_boxes(branch.boxes, points, strides)  # (B, A, 4)
+    B = probs.shape[0]
+    indices = torch.full((B, max_det), -1, dtype=torch.long, device=probs.device)
+    kept_scores = torch.zeros((B, max_det), device=probs.device)
+    kept_labels = torch.full((B, max_det), -1, dtype=torch.long, device=probs.device)
+    for b in range(B):
+        if multi_label:
             anchor, label = (probs[b] > score_threshold).nonzero().unbind(1)  # (N,) each
             score = probs[b, anchor, label]
-            keep = batched_nms(boxes[b, anchor], score, label, iou_threshold, max_det)
-            n = len(keep)
-            indices[b, :n], kept_scores[b, :n], kept_labels[b, :n] = (
-                anchor[keep],
-                score[keep],
-                label[keep],
+        else:
+            best, labels = probs[b].max(dim=-1)
+            anchor = (best > score_threshold).nonzero().squeeze(1)
+            score, label = best[anchor], labels[anchor]
+        if len(score) > MAX_NMS:
+            top = score.topk(MAX_NMS).indices
+            anchor, label, score = anchor[top], label[top], score[top]
+        if branch.angles is not None:
+            rotated = decode_rotated(
+                branch.boxes[b, anchor], branch.angles[b, anchor], points[anchor], strides[anchor]
             )
-        return _detections(branch, output, indices, kept_scores, kept_labels, indices >= 0)
-    for b in range(B):
-        candidates = (best[b] > score_threshold).nonzero().squeeze(1)  # (N,)
-        keep = batched_nms(
-            boxes[b, candidates], best[b, candidates], labels[b, candidates], iou_threshold, max_det
+            keep = rotated_fast_nms(rotated, score, label, iou_threshold, max_det)
+        else:
+            keep = batched_nms(boxes[b, anchor], score, label, iou_threshold, max_det)
+        n = len(keep)
+        indices[b, :n], kept_scores[b, :n], kept_labels[b, :n] = (
+            anchor[keep],
+            score[keep],
+            label[keep],
         )
-        indices[b, : len(keep)] = candidates[keep]
-    valid = indices >= 0
-    safe = indices.clamp(min=0)
-    return _detections(branch, output, indices, best.gather(1, safe), labels.gather(1, safe), valid)
+    return _detections(branch, output, indices, kept_scores, kept_labels, indices >= 0)
