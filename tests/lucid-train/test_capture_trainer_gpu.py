@@ -29,6 +29,7 @@ from lucid_testing.trainer_fits import (
     KillAtEpoch,
     KilledError,
     Layout,
+    ShrinkCapacity,
     differences,
     run_fit,
 )
@@ -105,6 +106,25 @@ def test_captured_fit_matches_the_eager_fit_bitwise(
     assert_replayed(replay.module.network_recorder, full=full, partial=partial)
     assert_replayed(replay.module.loss_recorder, full=full, partial=partial)
     assert eager.module.network_recorder.stats.replays == 0
+
+
+@pytest.mark.parametrize("task", ["detect", "segment"])
+def test_a_loss_capacity_grown_mid_fit_records_again_and_keeps_eager_bits(
+    task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A batch over the recorded capacity (shrunk to 1 for the second epoch) grows it: the old
+    recording is freed, the loss records again at the larger capacity, and the fit ends where
+    the eager one (each batch padded to its own largest count) ends."""
+    root = small_synthetic(task)
+    common: dict[str, Any] = {"precision": "16-mixed", "epochs": 3, "loss_capacity": None}
+    shrink = [ShrinkCapacity(1, 1)]
+    eager = run_fit(task, root, tmp_path / "eager", capture="off", callbacks=shrink, **common)
+    replay = run_fit(task, root, tmp_path / "replay", capture="on", callbacks=shrink, **common)
+    assert_same_fit(eager, replay)
+    recorder = replay.module.loss_recorder
+    stats = recorder.stats
+    assert stats.recordings == 2 and recorder.capacity >= 32, stats.summary()
+    assert stats.eager[Reason.OVER_CAPACITY] == 0 and stats.replays > 0, stats.summary()
 
 
 @pytest.mark.parametrize("task", ["detect", "pose"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -102,6 +103,24 @@ def test_a_batch_over_the_recorded_capacity_grows_it_and_a_given_capacity_stays(
     given.loss_recorder.enabled = True
     assert given.capacity_for(batch) is None
     assert given.prepare_targets(batch).mask.shape[1] == largest
+
+
+@pytest.mark.filterwarnings("ignore::lucid_capture.CaptureWarning")
+def test_a_capacity_grown_mid_fit_trains_as_each_batch_padded_to_its_own_size(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """On the CPU (capture on, every call eager for want of CUDA) the growth runs in a real fit:
+    the padded loss does not depend on the capacity, so the fit ends where one without capture
+    ends. The GPU twin records again and replays (`test_capture_trainer_gpu.py`)."""
+    from lucid_testing.trainer_fits import ShrinkCapacity, differences, run_fit
+
+    root = small_synthetic("detect")
+    shrink = ShrinkCapacity(1, 1)
+    common: dict[str, Any] = {"epochs": 2, "loss_capacity": None, "accelerator": "cpu"}
+    plain = run_fit("detect", root, tmp_path / "off", capture="off", **common)
+    grown = run_fit("detect", root, tmp_path / "on", capture="on", callbacks=[shrink], **common)
+    assert shrink.grown_to is not None and shrink.grown_to >= 32
+    assert not [k for k in differences(plain.state, grown.state) if not k.startswith("metric/time")]
 
 
 def test_unknown_capture_mode_and_empty_capacity_are_refused(

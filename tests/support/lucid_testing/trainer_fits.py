@@ -158,10 +158,12 @@ def run_fit(
     keep_gradients: bool = False,
     ckpt_path: Path | None = None,
     checkpoints: bool = False,
+    loss_capacity: int | None = CAPACITY,
+    accelerator: str = "cuda",
 ) -> Fit:
     """One fit; TF32 off so ``32-true`` means float32 on both routes. ``accumulate`` is the
     Trainer's ``accumulate_grad_batches``, ``module_accumulate`` the module's own (ramped with
-    ``"auto"``)."""
+    ``"auto"``); ``loss_capacity`` None leaves the capacity to the module (it grows)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     L.seed_everything(0, workers=True)
@@ -175,7 +177,7 @@ def run_fit(
         flip_index=s.flip_index,
         img_size=IMG_SIZE,
         capture=capture,
-        loss_capacity=CAPACITY,
+        loss_capacity=loss_capacity,
         accumulate=module_accumulate,
     )
     probe = Probe(keep_gradients)
@@ -190,7 +192,7 @@ def run_fit(
     trainer = build_trainer(
         workdir if checkpoints else None,
         callbacks=extra_callbacks,
-        accelerator="cuda",
+        accelerator=accelerator,
         devices=1,
         max_epochs=epochs,
         plugins=list(plugins) or None,
@@ -291,3 +293,22 @@ def differences(eager: Mapping[str, Any], replay: Mapping[str, Any]) -> list[str
     """Keys whose values differ (or exist on one side only)."""
     keys = sorted(set(eager) | set(replay))
     return [k for k in keys if k not in eager or k not in replay or not same(eager[k], replay[k])]
+
+
+class ShrinkCapacity(L.Callback):
+    """At ``epoch``, a recorded loss capacity of ``rows`` (capture on): the next batch with more
+    targets in an image is over it and grows it (`YOLOModule._grow_capacity`)."""
+
+    def __init__(self, epoch: int, rows: int) -> None:
+        self.epoch, self.rows = epoch, rows
+        self.grown_to: int | None = None  # the capacity at the fit's end, when it was shrunk
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        recorder = pl_module.loss_recorder  # type: ignore[attr-defined]
+        if trainer.current_epoch == self.epoch and recorder.enabled:
+            recorder.capacity = self.rows
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        recorder = pl_module.loss_recorder  # type: ignore[attr-defined]
+        if recorder.enabled:
+            self.grown_to = int(recorder.capacity)
