@@ -404,7 +404,7 @@ def run_peer(args: argparse.Namespace, data: dict[str, Any], out: Path) -> dict[
     keys = (*PATHS, *(f"{path}_rect" for path in PATHS))
     result.update(_rescored(json.loads(raw_path.read_text()), data, keys))
     weights = Path(result.get("weights", ""))
-    if data["task"] != "obb" and weights.is_file():
+    if weights.is_file():
         try:
             result["lucid_validation"] = validate_with_lucid(weights, data, args)
         except Exception as err:  # the peer's own rows stand; say why this one is missing
@@ -504,7 +504,7 @@ def rescore_run(report: dict[str, Any], args: argparse.Namespace, out: Path) -> 
             )
     peer = report.get("peer", {})
     weights = Path(peer.get("weights", ""))
-    if data["task"] != "obb" and weights.is_file():
+    if weights.is_file():
         peer["lucid_validation"] = validate_with_lucid(weights, data, args)
     return report
 
