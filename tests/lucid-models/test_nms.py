@@ -143,3 +143,23 @@ def test_a_box_dropped_by_fast_nms_still_drops_the_boxes_it_overlaps() -> None:
         torch.stack([a, b, c]), torch.tensor([0.9, 0.8, 0.7]), torch.zeros(3), thr
     )
     assert kept.tolist() == [0]
+
+
+def test_rotated_fast_nms_keeps_the_authors_pairs() -> None:
+    """The (anchor, class) pairs the authors' obb NMS keeps, in their order, on crowded rotated
+    candidates: facts from their 8.4.190 build (`facts/ultralytics_rotated_nms.py`)."""
+    import json
+    from pathlib import Path
+
+    from lucid_models import rotated_fast_nms
+
+    facts = json.loads(
+        (Path(__file__).parent / "facts" / "ultralytics_rotated_nms.json").read_text()
+    )
+    for case in facts["cases"]:
+        rboxes = torch.tensor(case["rboxes"], dtype=torch.float32)
+        scores = torch.tensor(case["scores"], dtype=torch.float32)
+        anchor, label = (scores > case["conf"]).nonzero().unbind(1)  # multi-label candidates
+        keep = rotated_fast_nms(rboxes[anchor], scores[anchor, label], label, case["iou"], 300)
+        ours = torch.stack([anchor[keep], label[keep]], dim=1).tolist()
+        assert ours == case["kept"]
