@@ -47,7 +47,7 @@ class _EpochsAhead:
                 yield keys[k * self.batch_size : (k + 1) * self.batch_size]
 
 
-class EpochLoader(DataLoader):  # type: ignore[type-arg]
+class EpochLoader(DataLoader[Any]):
     """``DataLoader`` over an `EpochSampler` whose persistent workers prepare the next epoch's
     batches while the current one trains. With no workers, without persistent workers or with
     another sampler it is a plain ``DataLoader``. Same constructor as ``DataLoader``."""
@@ -87,8 +87,9 @@ class EpochLoader(DataLoader):  # type: ignore[type-arg]
 
     def _one_epoch(self, n: int) -> Iterator[Any]:
         iterator = self._iterator
+        assert iterator is not None
+        # stops early if Lightning shuts the workers down (`_iterator` reset) mid-epoch
         while self._ahead_taken < n and self._iterator is iterator:
-            assert iterator is not None
             batch = next(iterator)
             self._ahead_taken += 1
             yield batch
