@@ -333,7 +333,7 @@ class YOLOModule(L.LightningModule):
         four busy images holds more, and COCO's busiest hold over a hundred. Every batch over it
         ran the loss eager for the whole fit. Now the first such batch sets the capacity to at
         least twice the old one and a quarter above its own largest count (a multiple of 32),
-        and the loss is recorded again at the next call; the old recording is freed. The sums
+        is padded to it, and the loss records again on it; the old recording is freed. The sums
         over the slots do not depend on the capacity (docs/capture.md, "Padding capacity"), so
         the bits stay those of eager. Bounded by the recorder's `max_recordings` (one is kept
         for a retirement) and `MAX_GROWN_CAPACITY`; a capacity given as `loss_capacity` stays."""
