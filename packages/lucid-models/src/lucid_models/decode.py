@@ -240,7 +240,6 @@ def nms_decode(
         raise ValueError("nms_decode reads the one-to-many branch; a deploy view has none")
     probs = branch.logits.float().sigmoid()  # (B, A, C)
     points, strides = output.anchor_points, output.anchor_strides
-    boxes = decode_boxes(branch.boxes, points, strides)  # (B, A, 4)
     B = probs.shape[0]
     indices = torch.full((B, max_det), -1, dtype=torch.long, device=probs.device)
     kept_scores = torch.zeros((B, max_det), device=probs.device)
@@ -261,8 +260,9 @@ def nms_decode(
                 branch.boxes[b, anchor], branch.angles[b, anchor], points[anchor], strides[anchor]
             )
             keep = rotated_fast_nms(rotated, score, label, iou_threshold, max_det)
-        else:
-            keep = batched_nms(boxes[b, anchor], score, label, iou_threshold, max_det)
+        else:  # the candidates' boxes only (the rotated path reads none)
+            boxes = decode_boxes(branch.boxes[b, anchor], points[anchor], strides[anchor])
+            keep = batched_nms(boxes, score, label, iou_threshold, max_det)
         n = len(keep)
         indices[b, :n], kept_scores[b, :n], kept_labels[b, :n] = (
             anchor[keep],

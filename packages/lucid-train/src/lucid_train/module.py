@@ -45,7 +45,7 @@ from lucid_train.losses import (
     DualLoss,
     LossTerms,
     PaddedTargets,
-    capacity_fits,
+    batch_capacity_report,
     o2m_weight,
     pad_targets,
 )
@@ -322,12 +322,14 @@ class YOLOModule(L.LightningModule):
         capture on and no `loss_capacity` given, a batch over the recorded capacity grows it
         first (`_grow_capacity`), so that the next batches replay instead of running eager."""
         capacity = self.target_capacity
-        if capacity is None or capacity_fits(batch, capacity):
-            return capacity
-        return self._grow_capacity(batch)
+        if capacity is None:
+            return None
+        report = batch_capacity_report(batch, capacity)
+        return capacity if report.fits else self._grow_capacity(report.max_count)
 
-    def _grow_capacity(self, batch: Batch) -> int | None:
-        """A larger recorded loss capacity for ``batch`` and those like it, or None (run eager).
+    def _grow_capacity(self, largest: int) -> int | None:
+        """A larger recorded loss capacity for a batch holding ``largest`` targets in one image
+        and those like it, or None (run eager).
 
         The capacity is a guess made before the data is seen (32 rows an image): a mosaic of
         four busy images holds more, and COCO's busiest hold over a hundred. Every batch over it
@@ -342,7 +344,6 @@ class YOLOModule(L.LightningModule):
             return None
         if recorder.stats.recordings >= recorder.max_recordings - 1:
             return None
-        largest = int(torch.bincount(batch.batch_idx, minlength=len(batch)).max())
         grown = min(max(2 * recorder.capacity, -(-largest * 5 // 4 // 32) * 32), MAX_GROWN_CAPACITY)
         if grown < largest:
             return None

@@ -19,7 +19,12 @@ from lucid_train.losses.boxes import (
 )
 from lucid_train.losses.detection import BranchResult, DetectionLoss, LossTerms, normaliser
 from lucid_train.losses.progloss import DualLoss, o2m_weight
-from lucid_train.losses.targets import PaddedTargets, capacity_fits, pad_targets
+from lucid_train.losses.targets import (
+    PaddedTargets,
+    batch_capacity_report,
+    capacity_fits,
+    pad_targets,
+)
 
 __all__ = [
     "BranchResult",
@@ -27,6 +32,7 @@ __all__ = [
     "DualLoss",
     "LossTerms",
     "PaddedTargets",
+    "batch_capacity_report",
     "boxes_to_distances",
     "capacity_fits",
     "ciou_loss",

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Self
 import torch
 from torch import Tensor
 
-from lucid_kernels import capacity_report, pad_to_capacity
+from lucid_kernels import CapacityReport, capacity_report, pad_to_capacity
 
 if TYPE_CHECKING:
     from lucid_train.data.transport import Batch
 
-__all__ = ["PaddedTargets", "capacity_fits", "pad_targets"]
+__all__ = ["PaddedTargets", "batch_capacity_report", "capacity_fits", "pad_targets"]
 
 
 @dataclass
@@ -88,13 +88,20 @@ def _host_counts(batch: Batch, counts: Sequence[int] | None) -> list[int]:
     return [int(c) for c in torch.bincount(batch.batch_idx, minlength=len(batch)).tolist()]
 
 
+def batch_capacity_report(
+    batch: Batch, capacity: int, counts: Sequence[int] | None = None
+) -> CapacityReport:
+    """How the per-image instance counts of ``batch`` sit against ``capacity``."""
+    return capacity_report(_host_counts(batch, counts), capacity)
+
+
 def capacity_fits(batch: Batch, capacity: int, counts: Sequence[int] | None = None) -> bool:
     """Whether every image of ``batch`` holds at most ``capacity`` instances.
 
     A caller holding a recorded loss at capacity ``M`` asks this first and runs an overflowing
     batch eager (at its own capacity) instead of truncating it.
     """
-    return capacity_report(_host_counts(batch, counts), capacity).fits
+    return batch_capacity_report(batch, capacity, counts).fits
 
 
 def pad_targets(
