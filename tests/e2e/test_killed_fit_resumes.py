@@ -4,8 +4,10 @@ bit, with every epoch in ``metrics.csv`` once.
 
 One chain per device: an uninterrupted run of 3 epochs, and a run that gets SIGTERM during epoch
 1, is resumed, gets SIGKILL during epoch 2 and is resumed to the end. Each stop lands after the
-epoch's third batch was read; the last.ckpt it leaves must be the one written at that epoch's
-start. The GPU chain runs the same with capture on and 16-mixed (the GPU session).
+epoch's third batch was read and its start's last.ckpt is on the disk (it is written in the
+background while the epoch's first batches train, `lucid_train.last_checkpoint`); the last.ckpt
+it leaves must be that one. The GPU chain runs the same with capture on and 16-mixed (the GPU
+session).
 """
 
 from __future__ import annotations
@@ -84,14 +86,22 @@ def _read_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _written_epoch(path: Path) -> int | None:
+    """The ``epoch`` of the last.ckpt on the disk now (it is replaced whole, never rewritten)."""
+    if not path.exists():
+        return None
+    epoch = torch.load(path, map_location="cpu", weights_only=True, mmap=True)["epoch"]
+    return int(epoch)
+
+
 def _stop_in_epoch(run: Run, proc: subprocess.Popen[str], epoch: int, sig: int) -> Run:
-    """Send ``sig`` once three batches of ``epoch`` were read (mid-epoch, after its start's
-    last.ckpt), and wait for the process to end."""
+    """Send ``sig`` once three batches of ``epoch`` were read and its start's last.ckpt is on
+    the disk (mid-epoch), and wait for the process to end."""
     needed = 3 * 4
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         seen = sum(line.startswith(f"{epoch} ") for line in _read_lines(run.order_log))
-        if seen >= needed or proc.poll() is not None:
+        if proc.poll() is not None or (seen >= needed and _written_epoch(run.last) == epoch):
             break
         time.sleep(0.005)
     assert proc.poll() is None, f"the run ended before epoch {epoch}: {proc.stderr}"

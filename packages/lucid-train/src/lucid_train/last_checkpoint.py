@@ -12,6 +12,12 @@ restart), so there is none: a run stopped mid-epoch (SIGKILL, SIGTERM, a crash) 
 epoch from ``last.ckpt`` (assumptions.md T54).
 
 ``last.ckpt``'s ``epoch`` is the number of epochs completed, which is the epoch it resumes at.
+
+The file is written on the checkpoint IO's writer thread (`lucid_train.checkpoint_io`) while the
+epoch's first batches train, and this callback waits for it at the epoch's end: ``last.ckpt``
+is the epoch's start by then. A run killed before that (SIGKILL in the epoch's first moments)
+leaves the previous epoch's start, whole, and its resume runs one epoch more, still exactly;
+SIGTERM and errors end through the Trainer's teardown, which waits for the write.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from lucid_train.atomic_files import remove_stale_temporaries
+from lucid_train.checkpoint_io import AtomicCheckpointIO
 
 __all__ = ["LAST_NAME", "LastCheckpoint"]
 
@@ -76,15 +83,25 @@ class LastCheckpoint(Callback):
         finally:
             self._at_epoch_start = False
 
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        _wait_for_writes(trainer)  # the epoch's start is on the disk before the epoch ends
+
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch != self._written_at:
             self._write(trainer)
+        _wait_for_writes(trainer)
 
     def _write(self, trainer: L.Trainer) -> None:
         for logger in trainer.loggers:
             logger.save()
         trainer.save_checkpoint(self.path, weights_only=False)
         self._written_at = trainer.current_epoch
+
+
+def _wait_for_writes(trainer: L.Trainer) -> None:
+    io = trainer.strategy.checkpoint_io
+    if isinstance(io, AtomicCheckpointIO):
+        io.wait()
 
 
 def _start_epoch_counters(trainer: L.Trainer) -> None:

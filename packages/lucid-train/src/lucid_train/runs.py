@@ -15,8 +15,8 @@ Layout of ``runs/<task>/<name>/``::
 `build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, `RunReport`, the EMA swap,
 gradient clipping at 10 (the authors' max norm), ``use_distributed_sampler=False`` (the data
 module's `EpochSampler` shards itself). Every file of a run is written atomically (a temporary
-file renamed over it, `lucid_train.atomic_files`; checkpoints by `AtomicCheckpointIO`, which
-also reads them without running code).
+file renamed over it, `lucid_train.atomic_files`; checkpoints by `AtomicCheckpointIO`, on a
+writer thread so the GPU is not idle while a file is flushed, and read without running code).
 """
 
 from __future__ import annotations
@@ -268,7 +268,7 @@ def build_trainer(
         "use_distributed_sampler": False,
         "num_sanity_val_steps": 0,
         "log_every_n_steps": LOG_INTERVAL,
-        "plugins": [AtomicCheckpointIO()],
+        "plugins": [AtomicCheckpointIO(background=True)],
     }
     kwargs.update(trainer_kwargs)
     if run_dir is None:

@@ -1,0 +1,121 @@
+"""`AtomicCheckpointIO(background=True)`: the fit's checkpoints are written off the training
+thread, from a snapshot taken at the call, in call order, and a failure is raised on the training
+thread naming the file."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lucid_train import checkpoint_io
+from lucid_train.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, host_snapshot
+
+
+def _slow_write(gate: threading.Event, seconds: float = 5.0) -> Any:
+    real = checkpoint_io._write
+
+    def write(checkpoint: dict[str, Any], path: Path) -> None:
+        gate.wait(seconds)
+        real(checkpoint, path)
+
+    return write
+
+
+def test_a_background_write_holds_the_values_of_the_call_not_later_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    monkeypatch.setattr(checkpoint_io, "_write", _slow_write(gate))
+    io = AtomicCheckpointIO(background=True)
+    w = torch.ones(4)
+    state = {"epoch": 3, "state_dict": {"w": w}, "optimizer_states": [{"step": torch.tensor(7)}]}
+    io.save_checkpoint(state, tmp_path / "last.ckpt")
+    w.add_(1)  # training goes on while the file is still being written
+    state["epoch"] = 4
+    gate.set()
+    io.wait()
+    ckpt = io.load_checkpoint(tmp_path / "last.ckpt")
+    assert ckpt["epoch"] == 3
+    assert torch.equal(ckpt["state_dict"]["w"], torch.ones(4))
+    assert int(ckpt["optimizer_states"][0]["step"]) == 7
+    io.teardown()
+
+
+def test_a_save_returns_before_the_file_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = threading.Event()
+    monkeypatch.setattr(checkpoint_io, "_write", _slow_write(gate))
+    io = AtomicCheckpointIO(background=True)
+    start = time.perf_counter()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    assert time.perf_counter() - start < 1.0
+    assert not (tmp_path / "last.ckpt").exists()
+    gate.set()
+    io.teardown()  # the fit's end waits for it
+    assert (tmp_path / "last.ckpt").exists()
+
+
+def test_writes_land_in_call_order(tmp_path: Path) -> None:
+    io = AtomicCheckpointIO(background=True)
+    last = tmp_path / "last.ckpt"
+    for epoch in range(5):
+        io.save_checkpoint({"epoch": epoch, "w": torch.full((1000,), float(epoch))}, last)
+    assert io.load_checkpoint(last)["epoch"] == 4  # a read waits for the write in flight
+    io.teardown()
+
+
+def test_a_failed_background_write_is_raised_naming_the_file_and_keeps_the_previous_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    io = AtomicCheckpointIO(background=True)
+    last = tmp_path / "last.ckpt"
+    io.save_checkpoint({"epoch": 1}, last)
+    io.wait()
+
+    def full(obj: Any, f: Any, *a: Any, **k: Any) -> None:
+        Path(f).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full)
+    io.save_checkpoint({"epoch": 2}, last)  # returns: the error comes at the next wait
+    with pytest.raises(CheckpointWriteError, match=r"last\.ckpt failed: OSError.*No space"):
+        io.wait()
+    monkeypatch.undo()
+    assert io.load_checkpoint(last)["epoch"] == 1
+    assert not [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
+    io.teardown()
+
+
+def test_a_fork_waits_for_the_write_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader's workers are forked; a child must not inherit a half-done write's locks."""
+    gate = threading.Event()
+    monkeypatch.setattr(checkpoint_io, "_write", _slow_write(gate, seconds=0.5))
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    assert not (tmp_path / "last.ckpt").exists()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert (tmp_path / "last.ckpt").exists()  # written before the fork went ahead
+    io.teardown()
+
+
+def test_the_host_snapshot_copies_tensors_and_rebuilds_containers() -> None:
+    w = torch.arange(6.0).reshape(2, 3).t()  # not contiguous: the copy keeps its strides
+    state = {"a": [w, (w, 1)], "b": {"c": w}, "n": "name"}
+    snap = host_snapshot(state)
+    w.mul_(0)
+    assert torch.equal(snap["a"][0], torch.arange(6.0).reshape(2, 3).t())
+    assert snap["a"][0].stride() == w.stride()
+    assert snap["b"] is not state["b"] and snap["a"] is not state["a"]
+    assert snap["n"] == "name" and snap["a"][1][1] == 1
