@@ -26,6 +26,29 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
+def merge(sources: list[Path], out: Path) -> None:
+    """One document of the latest comparison of each task: the rows of ``sources`` (oldest
+    first), a task's rows taken from the last file that has that task, each row with its
+    ``source`` file and that file's ``date``; ``date`` is the newest source's."""
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    dates = []
+    for path in sources:
+        doc = json.loads(path.read_text())
+        dates.append(doc["date"])
+        fresh: dict[str, list[dict[str, Any]]] = {}
+        for row in doc["rows"]:
+            fresh.setdefault(row["task"], []).append(
+                {**row, "source": path.name, "source_date": doc["date"]}
+            )
+        by_task.update(fresh)
+    rows = [row for task in ("detect", "segment", "pose", "obb") for row in by_task.get(task, [])]
+    doc = {"date": max(dates), "command": " ".join([Path(sys.executable).name, *sys.argv]),
+           "rows": rows}  # fmt: skip
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{out}: {len(rows)} rows from {', '.join(sorted(by_task))}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -51,7 +74,19 @@ def main(argv: list[str] | None = None) -> None:
         help="train nothing: write the tables of the runs that finished in --out (a call that "
         "ran out of time before the driver wrote them)",
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="train nothing: write --out/peer-accuracy.json from these runs' JSONs, oldest "
+        "first; a later file's rows replace an earlier one's of the same task; each row names "
+        "its file",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        merge(args.merge, args.out / "peer-accuracy.json")
+        return
     tasks = [t for t in args.tasks.split(",") if t]
     arms = [a for a in args.arms.split(",") if a]
     common = ["--set", "hard", "--epochs", str(args.epochs), "--workers", str(args.workers),

@@ -6,7 +6,8 @@ One chain per device: an uninterrupted run of 3 epochs, and a run that gets SIGT
 1, is resumed, gets SIGKILL during epoch 2 and is resumed to the end. Each stop lands after the
 epoch's third batch was read and its start's last.ckpt is on the disk (it is written in the
 background while the epoch's first batches train, `lucid_train.last_checkpoint`); the last.ckpt
-it leaves must be that one. The GPU chain runs the same with capture on and 16-mixed (the GPU
+it leaves must be that one. Each sample read takes at least `SAMPLE_SECONDS`, so an epoch outlasts
+that write and the stop lands mid-epoch on a fast GPU too. The GPU chain runs the same with capture on and 16-mixed (the GPU
 session).
 """
 
@@ -32,6 +33,7 @@ from lucid_train.runs import LOG_INTERVAL
 
 EPOCHS = 3
 BATCHES = 10  # per epoch: 40 images, batch 4
+SAMPLE_SECONDS = 0.05  # each read held this long: an epoch of at least 2 s
 CPU_FLAGS = ("--trainer.accelerator", "cpu", "--trainer.deterministic")
 # No --trainer.deterministic on CUDA: torch refuses ops without a deterministic kernel there;
 # the capture parity suite holds the same kernels bitwise run to run without it.
@@ -68,7 +70,8 @@ def _fit_args(data: Path, device_flags: tuple[str, ...]) -> list[str]:
 def _start(run: Run, args: list[str]) -> subprocess.Popen[str]:
     support = str(Path(lucid_testing.__file__).parent.parent)  # tests/support
     path = os.pathsep.join(p for p in (support, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": path,
+           "LUCID_TEST_SAMPLE_SECONDS": str(SAMPLE_SECONDS)}  # fmt: skip
     run.cwd.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "lucid_testing.recorded_fit", str(run.order_log), *args]
     return subprocess.Popen(
