@@ -233,3 +233,27 @@ def test_an_evaluator_given_mask_tensors_scores_as_given_arrays() -> None:
         results.append(ev.compute())
     assert results[0] == results[1]
     assert 0.0 < results[0]["segm"]["mAP"] < 1.0
+
+
+def test_a_category_without_annotations_is_left_out_of_the_mean_even_when_predicted() -> None:
+    """A COCO category with no ground truth (as in the harder sets, assumptions D22) stays a
+    class of the model and counts neither way in mAP: pycocotools leaves its precision
+    undefined, as the authors' metric keeps only the classes present in the labels. A confident
+    false positive of that class changes nothing."""
+    from lucid_train.evaluation.coco_eval import coco_from_dict, run_cocoeval
+
+    doc = _gt()
+    with_empty = copy.deepcopy(doc)
+    with_empty["categories"].append({"id": 12, "name": "never"})
+    hits = [
+        {"image_id": 1, "category_id": 5, "bbox": [12, 10, 100, 100], "score": 0.9},
+        {"image_id": 2, "category_id": 9, "bbox": [50, 62, 40, 80], "score": 0.8},
+        {"image_id": 2, "category_id": 5, "bbox": [0, 0, 30, 30], "score": 0.7},
+    ]
+    ghost = {"image_id": 1, "category_id": 12, "bbox": [10, 10, 100, 100], "score": 0.99}
+    base = run_cocoeval(coco_from_dict(doc), hits, "bbox")
+    per_class: dict[int, tuple[float, float]] = {}
+    empty = run_cocoeval(coco_from_dict(with_empty), [*hits, ghost], "bbox", per_class=per_class)
+    assert 0.0 < base["mAP"] < 1.0
+    assert empty == base
+    assert np.isnan(per_class[12][0]) and not np.isnan(per_class[5][0])
