@@ -6,9 +6,9 @@ One chain per device: an uninterrupted run of 3 epochs, and a run that gets SIGT
 1, is resumed, gets SIGKILL during epoch 2 and is resumed to the end. Each stop lands after the
 epoch's third batch was read and its start's last.ckpt is on the disk (it is written in the
 background while the epoch's first batches train, `lucid_train.last_checkpoint`); the last.ckpt
-it leaves must be that one. Each sample read takes at least `SAMPLE_SECONDS`, so an epoch outlasts
-that write and the stop lands mid-epoch on a fast GPU too. The GPU chain runs the same with capture on and 16-mixed (the GPU
-session).
+it leaves must be that one. Each sample read takes at least `SAMPLE_SECONDS`, so an epoch
+outlasts that write and the stop lands mid-epoch on a fast GPU too. The GPU chain runs the same
+with capture on and 16-mixed (the GPU session).
 """
 
 from __future__ import annotations
