@@ -119,3 +119,16 @@ def test_the_host_snapshot_copies_tensors_and_rebuilds_containers() -> None:
     assert snap["a"][0].stride() == w.stride()
     assert snap["b"] is not state["b"] and snap["a"] is not state["a"]
     assert snap["n"] == "name" and snap["a"][1][1] == 1
+
+
+def test_the_writer_pickles_as_its_settings_for_a_spawned_process(tmp_path: Path) -> None:
+    import pickle
+
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    copy = pickle.loads(pickle.dumps(io))  # waits for the write in flight first
+    assert copy.background and (tmp_path / "last.ckpt").exists()
+    copy.save_checkpoint({"epoch": 2}, tmp_path / "last.ckpt")
+    assert copy.load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 2
+    io.teardown()
+    copy.teardown()

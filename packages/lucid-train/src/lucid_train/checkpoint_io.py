@@ -97,6 +97,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._lock = threading.Lock()
         _WRITERS.add(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A spawned process (ddp_spawn) gets the settings, not this process's writer thread.
+        self.wait()
+        return {"background": self.background}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        AtomicCheckpointIO.__init__(self, background=bool(state["background"]))
+
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
     ) -> None:
