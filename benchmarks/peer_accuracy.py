@@ -27,26 +27,28 @@ HERE = Path(__file__).resolve().parent
 
 
 def merge(sources: list[Path], out: Path) -> None:
-    """One document of the latest comparison of each task: the rows of ``sources`` (oldest
-    first), a task's rows taken from the last file that has that task, each row with its
-    ``source`` file and that file's ``date``; ``date`` is the newest source's."""
-    by_task: dict[str, list[dict[str, Any]]] = {}
+    """One document of the latest comparison of each task and seed: the rows of ``sources``
+    (oldest first), a (task, seed)'s rows taken from the last file that has them, each row with
+    its ``source`` file and that file's ``date``; ``date`` is the newest source's."""
+    latest: dict[tuple[str, int], list[dict[str, Any]]] = {}
     dates = []
     for path in sources:
         doc = json.loads(path.read_text())
         dates.append(doc["date"])
-        fresh: dict[str, list[dict[str, Any]]] = {}
+        fresh: dict[tuple[str, int], list[dict[str, Any]]] = {}
         for row in doc["rows"]:
-            fresh.setdefault(row["task"], []).append(
+            fresh.setdefault((row["task"], int(row.get("seed", 0))), []).append(
                 {**row, "source": path.name, "source_date": doc["date"]}
             )
-        by_task.update(fresh)
-    rows = [row for task in ("detect", "segment", "pose", "obb") for row in by_task.get(task, [])]
+        latest.update(fresh)
+    order = {task: k for k, task in enumerate(("detect", "segment", "pose", "obb"))}
+    rows = [row for key in sorted(latest, key=lambda k: (order[k[0]], k[1])) for row in latest[key]]
+    by_task = {task for task, _ in latest}
     doc = {"date": max(dates), "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "rows": rows}  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{out}: {len(rows)} rows from {', '.join(sorted(by_task))}")
+    print(f"{out}: {len(rows)} rows of {', '.join(sorted(by_task))}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -80,8 +82,8 @@ def main(argv: list[str] | None = None) -> None:
         nargs="+",
         default=None,
         help="train nothing: write --out/peer-accuracy.json from these runs' JSONs, oldest "
-        "first; a later file's rows replace an earlier one's of the same task; each row names "
-        "its file",
+        "first; a later file's rows replace an earlier one's of the same task and seed; each row "
+        "names its file",
     )
     args = parser.parse_args(argv)
     if args.merge:
