@@ -5,14 +5,15 @@
 
 Runs the ``lucid`` command given after ``--`` in this process with one more callback,
 `ProfileWindow`, which profiles (CPU and CUDA activity) ``--batches`` training batches from
-batch ``--start`` of epoch ``--epoch``, with Python frames unless ``--no-stack`` (they place
-the host's time in the code, and inflate it). Writes ``OUT/trace.json.gz`` (the Chrome trace)
-and ``OUT/profile.md``: the window's wall time per batch, the GPU's busy share (union of
-kernel, copy and set intervals over the window), device time by the host call that launched it
-(``cudaGraphLaunch``: a replay) and by kernel, the host's largest ops, every host-device wait
-(``cudaStreamSynchronize``, ``cudaEventSynchronize``, ``cudaDeviceSynchronize``, blocking
-copies) with the Python frames above it, and the longest GPU-idle gaps with what the host ran
-during them.
+batch ``--start`` of epoch ``--epoch``, with Python frames unless ``--no-stack`` (they place the
+host's time in the code, and inflate it). The window may run on into the next epoch, so ``--start``
+a few batches before an epoch's end profiles the boundary between epochs. Writes
+``OUT/trace.json.gz`` (the Chrome trace) and ``OUT/profile.md``: the window's wall time per batch,
+the GPU's busy share (union of kernel, copy and set intervals over the window), device time by the
+host call that launched it (``cudaGraphLaunch``: a replay) and by kernel, the host's largest ops,
+every host-device wait (``cudaStreamSynchronize``, ``cudaEventSynchronize``,
+``cudaDeviceSynchronize``, blocking copies) with the Python frames above it, and the longest
+GPU-idle gaps with what the host ran during them.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ class ProfileWindow(L.Callback):
         self.marks: list[float] = []
 
     def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, idx: int) -> None:
-        if trainer.current_epoch != self.epoch:
-            return
-        if idx == self.start:
+        # the window counts batches across an epoch's end (`--start` near the end of an epoch
+        # profiles the boundary: checkpoint, curves, the loader's next epoch)
+        if self.prof is None and (trainer.current_epoch, idx) == (self.epoch, self.start):
             _sync()
             self.prof = torch.profiler.profile(
                 activities=[
@@ -62,7 +63,7 @@ class ProfileWindow(L.Callback):
             self.prof.__enter__()
         if self.prof is not None:
             self.marks.append(time.perf_counter())
-        if idx == self.start + self.batches and self.prof is not None:
+        if self.prof is not None and len(self.marks) == self.batches + 1:
             _sync()
             self.marks.append(time.perf_counter())
             self.prof.__exit__(None, None, None)
