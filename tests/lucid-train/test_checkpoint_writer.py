@@ -111,11 +111,15 @@ def test_a_fork_waits_for_the_write_in_flight(
 
 
 def test_the_host_snapshot_copies_tensors_and_rebuilds_containers() -> None:
+    from collections import namedtuple
+
+    pair = namedtuple("pair", "x y")
     w = torch.arange(6.0).reshape(2, 3).t()  # not contiguous: the copy keeps its strides
-    state = {"a": [w, (w, 1)], "b": {"c": w}, "n": "name"}
+    state = {"a": [w, (w, 1)], "b": {"c": w}, "n": "name", "p": pair(w, 2)}
     snap = host_snapshot(state)
     w.mul_(0)
     assert torch.equal(snap["a"][0], torch.arange(6.0).reshape(2, 3).t())
+    assert type(snap["p"]) is pair and torch.equal(snap["p"].x, snap["a"][0])
     assert snap["a"][0].stride() == w.stride()
     assert snap["b"] is not state["b"] and snap["a"] is not state["a"]
     assert snap["n"] == "name" and snap["a"][1][1] == 1

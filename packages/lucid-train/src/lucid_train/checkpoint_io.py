@@ -47,7 +47,8 @@ class CheckpointWriteError(RuntimeError):
 
 def host_snapshot(obj: Any) -> Any:
     """``obj`` with every tensor replaced by a host copy taken now (strides kept), and every
-    dict, list and tuple rebuilt, so that training may go on changing the originals."""
+    dict, list and tuple (named ones too) rebuilt, so that training may go on changing the
+    originals."""
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
         return t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
@@ -56,8 +57,9 @@ def host_snapshot(obj: Any) -> Any:
         return OrderedDict(items) if isinstance(obj, OrderedDict) else dict(items)
     if isinstance(obj, list):
         return [host_snapshot(v) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(host_snapshot(v) for v in obj)
+    if isinstance(obj, tuple):
+        items = [host_snapshot(v) for v in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)  # namedtuple
     return obj
 
 

@@ -112,18 +112,15 @@ class RunArtifacts(Callback):
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         due = self._drawn_at is None or time.monotonic() - self._drawn_at >= PLOT_INTERVAL_S
-        if self._validated or due:
-            self._plots(trainer)
-        elif trainer.is_global_zero:
-            for logger in trainer.loggers:  # metrics.csv stays current every epoch
-                if isinstance(logger, CSVLogger):
-                    logger.save()
+        self._save(trainer, draw=self._validated or due)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._plots(trainer)
+        self._save(trainer, draw=True)
 
-    def _plots(self, trainer: L.Trainer) -> None:
-        self._validated, self._drawn_at = False, time.monotonic()
+    def _save(self, trainer: L.Trainer, draw: bool) -> None:
+        """Flush metrics.csv (every call) and, when ``draw``, redraw the curves from it."""
+        if draw:
+            self._validated, self._drawn_at = False, time.monotonic()
         if not trainer.is_global_zero:
             return
         from lucid_train.plots import write_run_plots
@@ -131,7 +128,8 @@ class RunArtifacts(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, CSVLogger):
                 logger.save()
-                write_run_plots(Path(logger.log_dir) / "metrics.csv", self.run_dir)
+                if draw:
+                    write_run_plots(Path(logger.log_dir) / "metrics.csv", self.run_dir)
 
 
 class EpochThroughput(Callback):
