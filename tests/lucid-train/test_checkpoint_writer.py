@@ -136,3 +136,40 @@ def test_the_writer_pickles_as_its_settings_for_a_spawned_process(tmp_path: Path
     assert copy.load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 2
     io.teardown()
     copy.teardown()
+
+
+def test_a_held_write_starts_only_at_release_and_any_wait_releases_it(tmp_path: Path) -> None:
+    io = AtomicCheckpointIO(background=True)
+    io.hold_next()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "a.ckpt")
+    time.sleep(0.3)
+    assert not (tmp_path / "a.ckpt").exists()  # held
+    io.release()
+    io._settle()
+    assert (tmp_path / "a.ckpt").exists()
+    io.hold_next()
+    io.save_checkpoint({"epoch": 2}, tmp_path / "b.ckpt")
+    io.save_checkpoint({"epoch": 3}, tmp_path / "c.ckpt")  # its wait releases b; c is not held
+    io._settle()
+    assert (tmp_path / "b.ckpt").exists() and (tmp_path / "c.ckpt").exists()
+    io.teardown()
+
+
+def test_last_checkpoint_holds_the_epoch_start_write_until_its_third_batch(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from lucid_train.last_checkpoint import RELEASE_AFTER, LastCheckpoint
+
+    io = AtomicCheckpointIO(background=True)
+    callback = LastCheckpoint(tmp_path)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(checkpoint_io=io))
+    io.hold_next()  # as `on_train_epoch_start` does before its save
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    for batch_idx in range(RELEASE_AFTER - 1):
+        callback.on_train_batch_end(trainer, None, None, None, batch_idx)  # type: ignore[arg-type]
+    time.sleep(0.2)
+    assert not (tmp_path / "last.ckpt").exists()
+    callback.on_train_batch_end(trainer, None, None, None, RELEASE_AFTER - 1)  # type: ignore[arg-type]
+    io._settle()
+    assert (tmp_path / "last.ckpt").exists()
+    io.teardown()

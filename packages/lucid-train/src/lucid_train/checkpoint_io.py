@@ -8,14 +8,19 @@ filesystem, and never flushes it to the disk; this one writes beside the target 
 `lucid_train.atomic_files.atomic_path`, so ``last.ckpt`` is always a whole checkpoint.
 
 Writing is in the background in a fit (``background=True``, `build_trainer`'s): the caller's
-thread takes a host copy of every tensor (the only part that reads the device) and hands the
-pickling, the write and the flush to one writer thread. A 41 MB yolo26n checkpoint took about
-0.4 s on the training thread, an idle GPU at every epoch start (the peer-speed GPU trace of
-2026-12-02: 0.4 s between 0.95 s epochs at batch 64). Writes stay in call order (one in flight;
-the next save, a removal or a read waits for it); the writer thread never touches the device (a
-CUDA graph may be recording on the training thread); a fork waits for a write in flight (the
-loader's workers are forked); a failed write is raised on the training thread at the next `wait`
-(`LastCheckpoint` waits at the epoch's end, `teardown` at the fit's end), naming the file.
+thread only queues the tensors' way to the host, and one writer thread does the rest. A 41 MB
+yolo26n checkpoint took about 0.4 s on the training thread, an idle GPU at every epoch start (the
+peer-speed GPU trace of 2026-12-02: 0.4 s between 0.95 s epochs at batch 64); its host copy alone,
+one blocking transfer per tensor (2,517 of them), still held the GPU idle for about 0.1 s. Now
+the device tensors of each (device, dtype) are packed by one ``torch.cat`` and copied by one
+transfer into pinned memory, both queued on the device's current stream behind the training
+work already queued (so the copy holds the values of the call, whatever runs after it), with an
+event after them; the writer thread waits for that event (a host wait: it queues no device work,
+and recordings capture in ``thread_local`` mode), rebuilds each tensor with its strides, pickles,
+writes and flushes. Writes stay in call order (one in flight; the next save, a removal or a read
+waits for it); a fork waits for a write in flight (the loader's workers are forked); a failed
+write is raised on the training thread at the next `wait` (`LastCheckpoint` waits at the epoch's
+end, `teardown` at the fit's end), naming the file.
 
 Reading (resume with ``ckpt_path``) goes through `lucid_train.checkpoint.load_checkpoint_file`:
 ``weights_only=True`` whatever the caller asks, and one-line errors naming the file.
@@ -27,6 +32,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -46,21 +52,98 @@ class CheckpointWriteError(RuntimeError):
 
 
 def host_snapshot(obj: Any) -> Any:
-    """``obj`` with every tensor replaced by a host copy taken now (strides kept), and every
-    dict, list and tuple (named ones too) rebuilt, so that training may go on changing the
-    originals."""
-    if isinstance(obj, torch.Tensor):
+    """``obj`` with every tensor replaced by a host copy of its values now (strides kept), and
+    every dict, list and tuple (named ones too) rebuilt, so that training may go on changing
+    the originals. Waits for the device's copies; `_Staged` alone does not."""
+    return _Staged(obj).result()
+
+
+class _Slot:
+    """Where a device tensor's bytes lie in its group's host buffer, and its layout."""
+
+    __slots__ = ("group", "index", "shape", "stride")
+
+    def __init__(self, group: int, index: int, t: torch.Tensor) -> None:
+        self.group, self.index, self.shape, self.stride = group, index, t.shape, t.stride()
+
+
+def _memory_image(t: torch.Tensor) -> torch.Tensor | None:
+    """A 1-D view of ``t``'s elements in the order they lie in memory, when ``t`` covers its
+    span densely without overlap (any permutation of a contiguous tensor: channels_last too),
+    else None."""
+    if t.layout != torch.strided:
+        return None
+    if t.is_contiguous():
+        return t.view(-1)
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    p = t.permute(order)
+    return p.view(-1) if p.is_contiguous() else None
+
+
+class _Staged:
+    """A checkpoint on its way to the host (see the module): `result` waits for the copies and
+    returns the checkpoint with host tensors."""
+
+    def __init__(self, obj: Any) -> None:
+        self._groups: dict[tuple[torch.device, torch.dtype], int] = {}
+        self._members: list[list[torch.Tensor]] = []
+        self._template = _map_leaves(obj, self._take)
+        self._buffers: list[tuple[torch.Tensor, list[int], Any]] = []
+        for (device, dtype), g in self._groups.items():
+            members = self._members[g]
+            with torch.cuda.device(device):
+                flat = torch.cat(members)
+                host = torch.empty(flat.numel(), dtype=dtype, pin_memory=True)
+                host.copy_(flat, non_blocking=True)
+                event = torch.cuda.Event()
+                event.record()
+            self._buffers.append((host, [m.numel() for m in members], event))
+        self._members = []  # the device side is queued; keep no device tensor alive
+
+    def _take(self, obj: Any) -> Any:
+        if not isinstance(obj, torch.Tensor):
+            return obj
         t = obj.detach()
-        return t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
+        if t.device.type == "cpu":
+            return t.clone()
+        image = _memory_image(t) if t.device.type == "cuda" else None
+        if image is None:
+            return t.to("cpu", copy=True)  # an odd layout (none in a lucid fit): a blocking copy
+        g = self._groups.setdefault((t.device, t.dtype), len(self._groups))
+        if g == len(self._members):
+            self._members.append([])
+        self._members[g].append(image)
+        return _Slot(g, len(self._members[g]) - 1, t)
+
+    def result(self) -> Any:
+        parts = []
+        for host, sizes, event in self._buffers:
+            event.synchronize()
+            parts.append(host.split(sizes))
+        self._buffers = []  # the pinned memory goes back to torch's cache with `parts`
+
+        def rebuild(leaf: Any) -> Any:
+            if not isinstance(leaf, _Slot):
+                return leaf
+            part = parts[leaf.group][leaf.index]
+            view = part.as_strided(leaf.shape, leaf.stride, part.storage_offset())
+            return view.clone(memory_format=torch.preserve_format)  # its own storage, as saved
+
+        return _map_leaves(self._template, rebuild)
+
+
+def _map_leaves(obj: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``obj`` with every dict, list and tuple (named ones too) rebuilt and every other value
+    passed through ``leaf``."""
     if isinstance(obj, dict):
-        items = [(k, host_snapshot(v)) for k, v in obj.items()]
+        items = [(k, _map_leaves(v, leaf)) for k, v in obj.items()]
         return OrderedDict(items) if isinstance(obj, OrderedDict) else dict(items)
     if isinstance(obj, list):
-        return [host_snapshot(v) for v in obj]
+        return [_map_leaves(v, leaf) for v in obj]
     if isinstance(obj, tuple):
-        items = [host_snapshot(v) for v in obj]
+        items = [_map_leaves(v, leaf) for v in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)  # namedtuple
-    return obj
+    return leaf(obj)
 
 
 _WRITERS: weakref.WeakSet[AtomicCheckpointIO] = weakref.WeakSet()
@@ -82,6 +165,11 @@ def _write(checkpoint: dict[str, Any], path: Path) -> None:
         torch.save(checkpoint, tmp)
 
 
+def _write_staged(staged: _Staged, path: Path, go: threading.Event) -> None:
+    go.wait()
+    _write(staged.result(), path)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
     """`TorchCheckpointIO` with atomic local writes, in the background when asked (the
     Trainer's), and safe reads (see the module).
@@ -95,7 +183,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         super().__init__()
         self.background = background
         self._executor: ThreadPoolExecutor | None = None
-        self._pending: tuple[Future[None], Path] | None = None
+        self._pending: tuple[Future[None], Path, threading.Event] | None = None
+        self._hold = False
         self._lock = threading.Lock()
         _WRITERS.add(self)
 
@@ -112,25 +201,47 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO.save_checkpoint takes no storage_options")
+        with self._lock:
+            hold, self._hold = self._hold, False
         self.wait()
         target = Path(path)
         if not self.background:
             _write(checkpoint, target)
             return
-        snapshot = host_snapshot(checkpoint)
+        staged = _Staged(checkpoint)
+        go = threading.Event()
+        if not hold:
+            go.set()
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="lucid-checkpoint")
-            self._pending = (self._executor.submit(_write, snapshot, target), target)
+            future = self._executor.submit(_write_staged, staged, target, go)
+            self._pending = (future, target, go)
+
+    def hold_next(self) -> None:
+        """Start the next background write only at `release` (or at any wait). `LastCheckpoint`
+        holds the epoch-start write until the epoch's first batches are queued: its pickling is
+        about 50 ms of Python that shares the interpreter lock with the training thread, which
+        would otherwise slow the first batches while the GPU has nothing queued."""
+        with self._lock:
+            self._hold = True
+
+    def release(self) -> None:
+        """Let a held write start (and forget a hold that no save took)."""
+        with self._lock:
+            self._hold = False
+            if self._pending is not None:
+                self._pending[2].set()
 
     def wait(self) -> None:
         """Block until the write in flight (if any) is on the disk; raise its error, naming the
         file, if it failed."""
+        self.release()
         with self._lock:
             pending, self._pending = self._pending, None
         if pending is None:
             return
-        future, path = pending
+        future, path, _ = pending
         error = future.exception()
         if error is not None:
             raise CheckpointWriteError(
@@ -142,6 +253,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         with self._lock:
             pending = self._pending
         if pending is not None:
+            pending[2].set()
             pending[0].exception()  # waits; the error stays for `wait`
 
     def remove_checkpoint(self, path: _PATH) -> None:

@@ -13,9 +13,11 @@ epoch from ``last.ckpt`` (assumptions.md T54).
 
 ``last.ckpt``'s ``epoch`` is the number of epochs completed, which is the epoch it resumes at.
 
-The file is written on the checkpoint IO's writer thread (`lucid_train.checkpoint_io`) while the
-epoch's first batches train, and this callback waits for it at the epoch's end: ``last.ckpt``
-is the epoch's start by then. A run killed before that (SIGKILL in the epoch's first moments)
+The file is written on the checkpoint IO's writer thread (`lucid_train.checkpoint_io`): its
+copies are queued at the epoch's start, its writing starts once the epoch's first
+`RELEASE_AFTER` batches are queued (so that it slows none of the batches that the GPU is waiting
+for), and this callback waits for it at the epoch's end: ``last.ckpt`` is the epoch's start by
+then. A run killed before that (SIGKILL in the epoch's first moments)
 leaves the previous epoch's start, whole, and its resume runs one epoch more, still exactly;
 SIGTERM and errors end through the Trainer's teardown, which waits for the write.
 """
@@ -31,9 +33,10 @@ from lightning.pytorch.callbacks import Callback
 from lucid_train.atomic_files import remove_stale_temporaries
 from lucid_train.checkpoint_io import AtomicCheckpointIO
 
-__all__ = ["LAST_NAME", "LastCheckpoint"]
+__all__ = ["LAST_NAME", "RELEASE_AFTER", "LastCheckpoint"]
 
 LAST_NAME = "last.ckpt"
+RELEASE_AFTER = 3  # batches; by then the training thread is ahead of the GPU again
 
 
 class LastCheckpoint(Callback):
@@ -78,10 +81,21 @@ class LastCheckpoint(Callback):
             return
         _start_epoch_counters(trainer)
         self._at_epoch_start = True
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, AtomicCheckpointIO):
+            io.hold_next()
         try:
             self._write(trainer)
         finally:
             self._at_epoch_start = False
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+        batch_idx: int,
+    ) -> None:  # fmt: skip
+        io = trainer.strategy.checkpoint_io
+        if batch_idx + 1 == RELEASE_AFTER and isinstance(io, AtomicCheckpointIO):
+            io.release()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         _wait_for_writes(trainer)  # the epoch's start is on the disk before the epoch ends
