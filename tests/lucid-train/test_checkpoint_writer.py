@@ -1,6 +1,7 @@
 """`AtomicCheckpointIO(background=True)`: the fit's checkpoints are written off the training
 thread, from a snapshot taken at the call, in call order, and a failure is raised on the training
-thread naming the file."""
+thread naming the file. The tests that slow or break the write in this process run the writer
+thread's own pickling (``process=False``); the writer process has its tests at the end."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from lucid_train import checkpoint_io
+from lucid_train import checkpoint_io, checkpoint_process
 from lucid_train.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, host_snapshot
 
 
@@ -32,7 +33,7 @@ def test_a_background_write_holds_the_values_of_the_call_not_later_ones(
 ) -> None:
     gate = threading.Event()
     monkeypatch.setattr(checkpoint_io, "_write", _slow_write(gate))
-    io = AtomicCheckpointIO(background=True)
+    io = AtomicCheckpointIO(background=True, process=False)
     w = torch.ones(4)
     state = {"epoch": 3, "state_dict": {"w": w}, "optimizer_states": [{"step": torch.tensor(7)}]}
     io.save_checkpoint(state, tmp_path / "last.ckpt")
@@ -52,7 +53,7 @@ def test_a_save_returns_before_the_file_is_written(
 ) -> None:
     gate = threading.Event()
     monkeypatch.setattr(checkpoint_io, "_write", _slow_write(gate))
-    io = AtomicCheckpointIO(background=True)
+    io = AtomicCheckpointIO(background=True, process=False)
     start = time.perf_counter()
     io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
     assert time.perf_counter() - start < 1.0
@@ -74,7 +75,7 @@ def test_writes_land_in_call_order(tmp_path: Path) -> None:
 def test_a_failed_background_write_is_raised_naming_the_file_and_keeps_the_previous_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    io = AtomicCheckpointIO(background=True)
+    io = AtomicCheckpointIO(background=True, process=False)
     last = tmp_path / "last.ckpt"
     io.save_checkpoint({"epoch": 1}, last)
     io.wait()
@@ -99,7 +100,7 @@ def test_a_fork_waits_for_the_write_in_flight(
     """The loader's workers are forked; a child must not inherit a half-done write's locks."""
     gate = threading.Event()
     monkeypatch.setattr(checkpoint_io, "_write", _slow_write(gate, seconds=0.5))
-    io = AtomicCheckpointIO(background=True)
+    io = AtomicCheckpointIO(background=True, process=False)
     io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
     assert not (tmp_path / "last.ckpt").exists()
     pid = os.fork()
@@ -172,4 +173,120 @@ def test_last_checkpoint_holds_the_epoch_start_write_until_its_third_batch(tmp_p
     callback.on_train_batch_end(trainer, None, None, None, RELEASE_AFTER - 1)  # type: ignore[arg-type]
     io._settle()
     assert (tmp_path / "last.ckpt").exists()
+    io.teardown()
+
+
+def _varied_state() -> dict[str, Any]:
+    from collections import OrderedDict
+
+    return {
+        "epoch": 3,
+        "state_dict": OrderedDict(
+            conv=torch.randn(8, 4, 3, 3).to(memory_format=torch.channels_last),
+            t=torch.randn(5, 7).t(),
+            half=torch.randn(9).to(torch.bfloat16),
+            mask=torch.rand(6) > 0.5,
+            count=torch.tensor(7),
+            empty=torch.empty(0, 3),
+        ),
+        "optimizer_states": [{"state": {0: {"exp_avg": torch.randn(4, 4)}}, "lr": 0.01}],
+        "names": ("a", "b"),
+    }
+
+
+def _records(path: Path) -> dict[str, bytes]:
+    """A torch zip checkpoint's records by their name below the archive's root folder (which
+    ``torch.save`` names after the file it writes), without the per-save random id."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as z:
+        records = {n.split("/", 1)[1]: z.read(n) for n in z.namelist()}
+    records.pop(".data/serialization_id", None)
+    return records
+
+
+def test_the_writer_process_writes_the_records_torch_save_writes_here(tmp_path: Path) -> None:
+    state = _varied_state()
+    here = tmp_path / "here.ckpt"
+    torch.save(host_snapshot(state), here)
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint(state, tmp_path / "last.ckpt")
+    io.teardown()
+    written, expected = _records(tmp_path / "last.ckpt"), _records(here)
+    assert written.keys() == expected.keys() and "data.pkl" in written
+    assert written == expected  # the pickle (structure, dtypes, strides) and every storage
+
+
+def test_the_training_process_never_pickles_a_background_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("torch.save ran in the training process")
+
+    monkeypatch.setattr(torch, "save", refuse)
+    io = AtomicCheckpointIO(background=True)
+    state = _varied_state()
+    io.save_checkpoint(state, tmp_path / "last.ckpt")
+    io.wait()
+    monkeypatch.undo()
+    ckpt = io.load_checkpoint(tmp_path / "last.ckpt")
+    io.teardown()
+    assert torch.equal(ckpt["state_dict"]["conv"], state["state_dict"]["conv"])
+    assert ckpt["state_dict"]["conv"].stride() == state["state_dict"]["conv"].stride()
+
+
+def test_a_writer_process_that_dies_is_named_and_the_next_save_starts_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    io = AtomicCheckpointIO(background=True)
+    last = tmp_path / "last.ckpt"
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, last)
+    io.wait()
+    real_send = checkpoint_process._send
+
+    def send_then_die(fd: int, data: Any) -> None:  # the child is killed in mid-write
+        assert io._writer is not None and io._writer._proc is not None
+        io._writer._proc.kill()
+        io._writer._proc.wait()
+        real_send(fd, data)
+
+    monkeypatch.setattr(checkpoint_process, "_send", send_then_die)
+    io.save_checkpoint({"epoch": 2, "w": torch.ones(3)}, last)
+    with pytest.raises(CheckpointWriteError, match=r"last\.ckpt failed.*writer process ended"):
+        io.wait()
+    monkeypatch.undo()
+    assert io.load_checkpoint(last)["epoch"] == 1
+    io.save_checkpoint({"epoch": 3, "w": torch.ones(3)}, last)
+    assert io.load_checkpoint(last)["epoch"] == 3
+    io.teardown()
+
+
+def test_a_write_that_fails_in_the_writer_process_is_raised_naming_the_file(
+    tmp_path: Path,
+) -> None:
+    io = AtomicCheckpointIO(background=True)
+    (tmp_path / "runs").write_text("a file where the run folder should be")
+    target = tmp_path / "runs" / "last.ckpt"
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, target)
+    with pytest.raises(CheckpointWriteError, match=r"runs/last\.ckpt failed.*Error"):
+        io.wait()
+    io.teardown()
+
+
+def test_a_writer_process_that_cannot_start_leaves_the_writing_to_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    io = AtomicCheckpointIO(background=True)
+
+    def save() -> None:
+        io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, tmp_path / "last.ckpt")
+        io.wait()
+
+    with pytest.warns(UserWarning, match="writer thread.*did not start"):
+        save()
+    assert not io.process
+    assert io.load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 1
     io.teardown()

@@ -30,9 +30,8 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,13 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lucid_train.atomic_files import atomic_path
 from lucid_train.checkpoint import load_checkpoint_file
+from lucid_train.checkpoint_process import (
+    Slot,
+    WriterProcess,
+    WriterUnavailableError,
+    map_leaves,
+    rebuild,
+)
 
 __all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "host_snapshot"]
 
@@ -58,15 +64,6 @@ def host_snapshot(obj: Any) -> Any:
     return _Staged(obj).result()
 
 
-class _Slot:
-    """Where a device tensor's bytes lie in its group's host buffer, and its layout."""
-
-    __slots__ = ("group", "index", "shape", "stride")
-
-    def __init__(self, group: int, index: int, t: torch.Tensor) -> None:
-        self.group, self.index, self.shape, self.stride = group, index, t.shape, t.stride()
-
-
 def _memory_image(t: torch.Tensor) -> torch.Tensor | None:
     """A 1-D view of ``t``'s elements in the order they lie in memory, when ``t`` covers its
     span densely without overlap (any permutation of a contiguous tensor: channels_last too),
@@ -75,75 +72,63 @@ def _memory_image(t: torch.Tensor) -> torch.Tensor | None:
         return None
     if t.is_contiguous():
         return t.view(-1)
-    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    strides = t.stride()
+    order = sorted(range(t.dim()), key=lambda d: -strides[d])
     p = t.permute(order)
     return p.view(-1) if p.is_contiguous() else None
 
 
 class _Staged:
-    """A checkpoint on its way to the host (see the module): `result` waits for the copies and
-    returns the checkpoint with host tensors."""
+    """A checkpoint on its way to the host (see the module): every dense tensor's bytes packed
+    by (device, dtype) into one flat host tensor, a device's copied behind an event. `result`
+    rebuilds the checkpoint here; `ship` hands it to the writer process."""
 
     def __init__(self, obj: Any) -> None:
         self._groups: dict[tuple[torch.device, torch.dtype], int] = {}
         self._members: list[list[torch.Tensor]] = []
-        self._template = _map_leaves(obj, self._take)
-        self._buffers: list[tuple[torch.Tensor, list[int], Any]] = []
+        self._template = map_leaves(obj, self._take)
+        self._buffers: list[tuple[torch.Tensor, Any]] = []
         for (device, dtype), g in self._groups.items():
-            members = self._members[g]
-            with torch.cuda.device(device):
-                flat = torch.cat(members)
-                host = torch.empty(flat.numel(), dtype=dtype, pin_memory=True)
-                host.copy_(flat, non_blocking=True)
-                event = torch.cuda.Event()
-                event.record()
-            self._buffers.append((host, [m.numel() for m in members], event))
+            flat = torch.cat(self._members[g])  # on the host, this is the copy
+            event = None
+            if device.type == "cuda":
+                with torch.cuda.device(device):
+                    host = torch.empty(flat.numel(), dtype=dtype, pin_memory=True)
+                    host.copy_(flat, non_blocking=True)
+                    event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+                    event.record()
+                flat = host
+            self._buffers.append((flat, event))
+        self._sizes = [[m.numel() for m in members] for members in self._members]
         self._members = []  # the device side is queued; keep no device tensor alive
 
     def _take(self, obj: Any) -> Any:
         if not isinstance(obj, torch.Tensor):
             return obj
         t = obj.detach()
-        if t.device.type == "cpu":
-            return t.clone()
-        image = _memory_image(t) if t.device.type == "cuda" else None
-        if image is None:
-            return t.to("cpu", copy=True)  # an odd layout (none in a lucid fit): a blocking copy
+        image = _memory_image(t) if t.device.type in ("cpu", "cuda") else None
+        if image is None:  # an odd layout (none in a lucid fit): copied alone, waiting
+            return t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
         g = self._groups.setdefault((t.device, t.dtype), len(self._groups))
         if g == len(self._members):
             self._members.append([])
         self._members[g].append(image)
-        return _Slot(g, len(self._members[g]) - 1, t)
+        return Slot(g, len(self._members[g]) - 1, tuple(t.shape), t.stride())
+
+    def host(self) -> tuple[Any, list[torch.Tensor], list[list[int]]]:
+        """The template, each group's flat host tensor (waiting for the device's copies) and
+        each group's member sizes; once (the pinned memory goes back to torch's cache when the
+        caller drops them)."""
+        buffers = []
+        for flat, event in self._buffers:
+            if event is not None:
+                event.synchronize()
+            buffers.append(flat)
+        self._buffers = []
+        return self._template, buffers, self._sizes
 
     def result(self) -> Any:
-        parts = []
-        for host, sizes, event in self._buffers:
-            event.synchronize()
-            parts.append(host.split(sizes))
-        self._buffers = []  # the pinned memory goes back to torch's cache with `parts`
-
-        def rebuild(leaf: Any) -> Any:
-            if not isinstance(leaf, _Slot):
-                return leaf
-            part = parts[leaf.group][leaf.index]
-            view = part.as_strided(leaf.shape, leaf.stride, part.storage_offset())
-            return view.clone(memory_format=torch.preserve_format)  # its own storage, as saved
-
-        return _map_leaves(self._template, rebuild)
-
-
-def _map_leaves(obj: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``obj`` with every dict, list and tuple (named ones too) rebuilt and every other value
-    passed through ``leaf``."""
-    if isinstance(obj, dict):
-        items = [(k, _map_leaves(v, leaf)) for k, v in obj.items()]
-        return OrderedDict(items) if isinstance(obj, OrderedDict) else dict(items)
-    if isinstance(obj, list):
-        return [_map_leaves(v, leaf) for v in obj]
-    if isinstance(obj, tuple):
-        items = [_map_leaves(v, leaf) for v in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)  # namedtuple
-    return leaf(obj)
+        return rebuild(*self.host())
 
 
 _WRITERS: weakref.WeakSet[AtomicCheckpointIO] = weakref.WeakSet()
@@ -165,11 +150,6 @@ def _write(checkpoint: dict[str, Any], path: Path) -> None:
         torch.save(checkpoint, tmp)
 
 
-def _write_staged(staged: _Staged, path: Path, go: threading.Event) -> None:
-    go.wait()
-    _write(staged.result(), path)
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """`TorchCheckpointIO` with atomic local writes, in the background when asked (the
     Trainer's), and safe reads (see the module).
@@ -177,11 +157,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Args:
         background: write on a writer thread after a host snapshot; False writes on the caller's
             thread before returning.
+        process: in the background, pickle in the writer process (`lucid_train.checkpoint_process`)
+            rather than on the writer thread; a process that cannot start is said once, and
+            the thread writes instead.
     """
 
-    def __init__(self, background: bool = False) -> None:
+    def __init__(self, background: bool = False, process: bool = True) -> None:
         super().__init__()
         self.background = background
+        self.process = process
+        self._writer: WriterProcess | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._pending: tuple[Future[None], Path, threading.Event] | None = None
         self._hold = False
@@ -191,10 +176,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def __getstate__(self) -> dict[str, Any]:
         # A spawned process (ddp_spawn) gets the settings, not this process's writer thread.
         self.wait()
-        return {"background": self.background}
+        return {"background": self.background, "process": self.process}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        AtomicCheckpointIO.__init__(self, background=bool(state["background"]))
+        AtomicCheckpointIO.__init__(
+            self, background=bool(state["background"]), process=bool(state["process"])
+        )
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
@@ -208,6 +195,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if not self.background:
             _write(checkpoint, target)
             return
+        if self.process:
+            self._start_writer()  # early: the child imports torch while this epoch trains
         staged = _Staged(checkpoint)
         go = threading.Event()
         if not hold:
@@ -215,8 +204,34 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="lucid-checkpoint")
-            future = self._executor.submit(_write_staged, staged, target, go)
+            future = self._executor.submit(self._write_staged, staged, target, go)
             self._pending = (future, target, go)
+
+    def _start_writer(self) -> None:
+        try:
+            if self._writer is None:
+                self._writer = WriterProcess()
+            self._writer.start()
+        except WriterUnavailableError as error:
+            self._no_process(error)
+
+    def _no_process(self, error: Exception) -> None:
+        self.process = False
+        warnings.warn(
+            f"lucid: checkpoints are pickled on the training process's writer thread: {error}",
+            stacklevel=1,
+        )
+
+    def _write_staged(self, staged: _Staged, path: Path, go: threading.Event) -> None:
+        go.wait()
+        template, buffers, sizes = staged.host()
+        if self.process and self._writer is not None:
+            try:
+                self._writer.write(path, template, buffers, sizes)
+                return
+            except WriterUnavailableError as error:
+                self._no_process(error)
+        _write(rebuild(template, buffers, sizes), path)
 
     def hold_next(self) -> None:
         """Start the next background write only at `release` (or at any wait). `LastCheckpoint`
@@ -278,5 +293,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         finally:
             with self._lock:
                 executor, self._executor = self._executor, None
+                writer, self._writer = self._writer, None
             if executor is not None:
                 executor.shutdown(wait=True)
+            if writer is not None:
+                writer.close()
