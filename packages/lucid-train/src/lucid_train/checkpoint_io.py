@@ -7,20 +7,23 @@ temporary folder and moves it over, which is a copy (not atomic) when that folde
 filesystem, and never flushes it to the disk; this one writes beside the target through
 `lucid_train.atomic_files.atomic_path`, so ``last.ckpt`` is always a whole checkpoint.
 
-Writing is in the background in a fit (``background=True``, `build_trainer`'s): the caller's
-thread only queues the tensors' way to the host, and one writer thread does the rest. A 41 MB
-yolo26n checkpoint took about 0.4 s on the training thread, an idle GPU at every epoch start (the
-peer-speed GPU trace of 2026-12-02: 0.4 s between 0.95 s epochs at batch 64); its host copy alone,
-one blocking transfer per tensor (2,517 of them), still held the GPU idle for about 0.1 s. Now
-the device tensors of each (device, dtype) are packed by one ``torch.cat`` and copied by one
-transfer into pinned memory, both queued on the device's current stream behind the training
-work already queued (so the copy holds the values of the call, whatever runs after it), with an
-event after them; the writer thread waits for that event (a host wait: it queues no device work,
-and recordings capture in ``thread_local`` mode), rebuilds each tensor with its strides, pickles,
-writes and flushes. Writes stay in call order (one in flight; the next save, a removal or a read
-waits for it); a fork waits for a write in flight (the loader's workers are forked); a failed
-write is raised on the training thread at the next `wait` (`LastCheckpoint` waits at the epoch's
-end, `teardown` at the fit's end), naming the file.
+Writing is in the background in a fit (``background=True``, `build_trainer`'s): the caller's thread
+only queues the tensors' way to the host, and one writer thread does the rest. A 41 MB yolo26n
+checkpoint took about 0.4 s on the training thread, an idle GPU at every epoch start (the peer-speed
+GPU trace of 2026-12-02: 0.4 s between 0.95 s epochs at batch 64); its host copy alone, one blocking
+transfer per tensor (2,517 of them), still held the GPU idle for about 0.1 s. Now the device tensors
+of each (device, dtype) are packed by one ``torch.cat`` and copied by one transfer into pinned
+memory, both queued on the device's current stream behind the training work already queued (so the
+copy holds the values of the call, whatever runs after it), with an event after them (a host's
+tensors are packed the same way, the pack being the copy). The writer thread waits for that event (a
+host wait: it queues no device work, and recordings capture in ``thread_local`` mode) and hands the
+packs to the writer process (`lucid_train.checkpoint_process`), which rebuilds each tensor with its
+strides, pickles, writes and flushes: pickled on a thread, the checkpoint held the interpreter lock
+for about as long as the pickling took, and the training thread stalled that long. Writes stay in
+call order (one in flight; the next save, a removal or a read waits for it); a fork waits for a
+write in flight (the loader's workers are forked); a failed write is raised on the training thread
+at the next `wait` (`LastCheckpoint` waits at the epoch's end, `teardown` at the fit's end), naming
+the file.
 
 Reading (resume with ``ckpt_path``) goes through `lucid_train.checkpoint.load_checkpoint_file`:
 ``weights_only=True`` whatever the caller asks, and one-line errors naming the file.
@@ -235,9 +238,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def hold_next(self) -> None:
         """Start the next background write only at `release` (or at any wait). `LastCheckpoint`
-        holds the epoch-start write until the epoch's first batches are queued: its pickling is
-        about 50 ms of Python that shares the interpreter lock with the training thread, which
-        would otherwise slow the first batches while the GPU has nothing queued."""
+        holds the epoch-start write until the epoch's first batches are queued: what the write
+        still does on this process (the structure's pickle, the hand-over to the writer process,
+        or all of the pickling without one) shares the interpreter lock with the training
+        thread, which would slow the first batches while the GPU has nothing queued."""
         with self._lock:
             self._hold = True
 

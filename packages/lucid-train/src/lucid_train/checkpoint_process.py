@@ -3,19 +3,20 @@
 Pickling a checkpoint is interpreter work: ``torch.save`` of yolo26n's 2,517 tensors is about
 75 ms of it (50,344 ``persistent_id`` calls, a reduction per tensor, the records' writes), and
 on a thread of the training process it holds the interpreter lock whenever it can. The training
-thread, whose every torch op releases that lock, kept 2-5 % of its progress while such a save
-ran (`benchmarks/writer_contention.py`); on the GPU its batches then wait while the GPU runs dry.
+thread, whose every torch op releases that lock, kept 6 % of its progress while such a save ran
+(`benchmarks/writer_contention.py`, 2-core machine); on the GPU its batches then wait while the
+GPU runs dry.
 
-So `AtomicCheckpointIO`'s writer thread hands each checkpoint to a child interpreter
-(``python -m lucid_train.checkpoint_process``, started at the first write, in a session of its
-own so a terminal's Ctrl-C does not cut a write short): the checkpoint's structure with every
-tensor replaced by a `Slot` (a small pickle), then each (device, dtype) group's bytes as they lie
-in memory, down a pipe. The thread blocks in the pipe's system calls without the lock. The child
-rebuilds each tensor with its strides and its own storage, writes the file with ``torch.save``
-through `lucid_train.atomic_files.atomic_path`, and answers ``ok`` or the error in one line.
-The file is the one ``torch.save`` of the snapshot writes in the training process
-(`tests/lucid-train/test_checkpoint_writer.py`). When the training process ends, the child reads
-the end of its input, finishes the write in hand and exits.
+So `AtomicCheckpointIO`'s writer thread hands each checkpoint to a child interpreter (``python -m
+lucid_train.checkpoint_process``, started at the first save; it ignores SIGINT and SIGTERM, so a
+stopping fit's signals do not cut a write short, and ends when its input does): the checkpoint's
+structure with every tensor replaced by a `Slot` (a small pickle), then each (device, dtype) group's
+bytes as they lie in memory, down a pipe. The thread blocks in the pipe's system calls without the
+lock. The child rebuilds each tensor with its strides and its own storage, writes the file with
+``torch.save`` through `lucid_train.atomic_files.atomic_path`, and answers ``ok`` or the error in
+one line. The file is the one ``torch.save`` of the snapshot writes in the training process
+(`tests/lucid-train/test_checkpoint_writer.py`). When the training process ends, the child reads the
+end of its input, finishes the write in hand and exits.
 """
 
 from __future__ import annotations
@@ -199,7 +200,16 @@ def _serve(source: IO[bytes], answers: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
+    import signal
+
+    # The write in hand is finished whatever signal the fit's processes get; the child ends
+    # when its input does (the training process closed it, or ended).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Answers go to a private copy of stdout; anything printed goes to stderr instead.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     # the importable module's `Slot`, not this __main__ copy's, is the one the parent pickles
     from lucid_train.checkpoint_process import _serve as serve
 
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    serve(sys.stdin.buffer, answers)

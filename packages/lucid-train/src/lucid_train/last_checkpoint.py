@@ -13,13 +13,13 @@ epoch from ``last.ckpt`` (assumptions.md T54).
 
 ``last.ckpt``'s ``epoch`` is the number of epochs completed, which is the epoch it resumes at.
 
-The file is written on the checkpoint IO's writer thread (`lucid_train.checkpoint_io`): its
-copies are queued at the epoch's start, its writing starts once the epoch's first
-`RELEASE_AFTER` batches are queued (so that it slows none of the batches that the GPU is waiting
-for), and this callback waits for it at the epoch's end: ``last.ckpt`` is the epoch's start by
-then. A run killed before that (SIGKILL in the epoch's first moments)
-leaves the previous epoch's start, whole, and its resume runs one epoch more, still exactly;
-SIGTERM and errors end through the Trainer's teardown, which waits for the write.
+The file is written in the background (`lucid_train.checkpoint_io`): its copies are queued at the
+epoch's start, its writing starts once the epoch's first `RELEASE_AFTER` batches are queued (so
+that the little of it left on the training process, the structure's pickle and the hand-over,
+slows none of the batches the GPU is waiting for), and this callback waits for it at the epoch's
+end: ``last.ckpt`` is the epoch's start by then. A run killed before that (SIGKILL in the epoch's
+first moments) leaves the previous epoch's start, whole, and its resume runs one epoch more, still
+exactly; SIGTERM and errors end through the Trainer's teardown, which waits for the write.
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ Layout of ``runs/<task>/<name>/``::
 `build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, `RunReport`, the EMA swap,
 gradient clipping at 10 (the authors' max norm), ``use_distributed_sampler=False`` (the data
 module's `EpochSampler` shards itself). Every file of a run is written atomically (a temporary
-file renamed over it, `lucid_train.atomic_files`; checkpoints by `AtomicCheckpointIO`, on a
-writer thread so the GPU is not idle while a file is flushed, and read without running code).
+file renamed over it, `lucid_train.atomic_files`; checkpoints by `AtomicCheckpointIO`, pickled in
+a writer process so neither the training thread nor the GPU waits for a file, and read without
+running code).
 """
 
 from __future__ import annotations
