@@ -83,8 +83,8 @@ def _memory_image(t: torch.Tensor) -> torch.Tensor | None:
 
 class _Staged:
     """A checkpoint on its way to the host (see the module): every dense tensor's bytes packed
-    by (device, dtype) into one flat host tensor, a device's copied behind an event. `result`
-    rebuilds the checkpoint here; `ship` hands it to the writer process."""
+    by (device, dtype) into one flat host tensor, a device's copied behind an event. `host`
+    gives the parts (for the writer process), `result` the checkpoint rebuilt here."""
 
     def __init__(self, obj: Any) -> None:
         self._groups: dict[tuple[torch.device, torch.dtype], int] = {}
@@ -198,8 +198,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if not self.background:
             _write(checkpoint, target)
             return
-        if self.process:
-            self._start_writer()  # early: the child imports torch while this epoch trains
+        self.start_writer()
         staged = _Staged(checkpoint)
         go = threading.Event()
         if not hold:
@@ -210,7 +209,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             future = self._executor.submit(self._write_staged, staged, target, go)
             self._pending = (future, target, go)
 
-    def _start_writer(self) -> None:
+    def start_writer(self) -> None:
+        """Start the writer process now if background writes use one (`LastCheckpoint` does at
+        the fit's start: the child takes seconds to import torch); a save starts it otherwise."""
+        if not (self.background and self.process):
+            return
         try:
             if self._writer is None:
                 self._writer = WriterProcess()

@@ -102,8 +102,8 @@ def _receive(stream: IO[bytes], size: int) -> bytearray | None:
 
 class WriterProcess:
     """The training process's end of the writer process (one write at a time, from one thread).
-    `write` raises `RuntimeError` with the child's error, or when the child has ended (the next
-    write starts a new one)."""
+    `write` raises `RuntimeError` with the child's error or when the child has ended (the next
+    write starts a new one), and `WriterUnavailableError` when no child starts or answers."""
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
@@ -182,11 +182,13 @@ def _serve(source: IO[bytes], answers: IO[bytes]) -> None:
         buffers = []
         for name, numel in specs:
             dtype = getattr(torch, name)
-            raw = _receive(source, numel * dtype.itemsize) if numel else bytearray()
+            if not numel:
+                buffers.append(torch.empty(0, dtype=dtype))
+                continue
+            raw = _receive(source, numel * dtype.itemsize)
             if raw is None:
                 return
-            flat = torch.frombuffer(raw, dtype=torch.uint8) if numel else torch.empty(0)
-            buffers.append(flat.view(dtype) if numel else torch.empty(0, dtype=dtype))
+            buffers.append(torch.frombuffer(raw, dtype=torch.uint8).view(dtype))
         try:
             checkpoint = rebuild(template, buffers, sizes)
             with atomic_path(Path(path)) as tmp:

@@ -55,6 +55,9 @@ class LastCheckpoint(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero:
             remove_stale_temporaries(self.path)  # left by a process killed mid-write
+            io = trainer.strategy.checkpoint_io
+            if isinstance(io, AtomicCheckpointIO):
+                io.start_writer()  # it imports torch while the fit sets up, not at the first write
 
     def on_save_checkpoint(
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
