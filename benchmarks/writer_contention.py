@@ -93,7 +93,7 @@ def main() -> None:
 
     folder = Path(tempfile.mkdtemp())
     writers = {mode: AtomicCheckpointIO(background=True, process=mode) for mode in (False, True)}
-    for io_ in writers.values():  # the writer process starts (imports torch) at its first write
+    for io_ in writers.values():  # the writer process starts (imports torch) first
         io_.save_checkpoint(state, folder / "warm.ckpt")
         io_.wait()
 

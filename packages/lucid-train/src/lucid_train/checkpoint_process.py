@@ -8,7 +8,7 @@ thread, whose every torch op releases that lock, kept 6 % of its progress while 
 GPU runs dry.
 
 So `AtomicCheckpointIO`'s writer thread hands each checkpoint to a child interpreter (``python -m
-lucid_train.checkpoint_process``, started at the first save; it ignores SIGINT and SIGTERM, so a
+lucid_train.checkpoint_process``, started at the fit's start; it ignores SIGINT and SIGTERM, so a
 stopping fit's signals do not cut a write short, and ends when its input does): the checkpoint's
 structure with every tensor replaced by a `Slot` (a small pickle), then each (device, dtype) group's
 bytes as they lie in memory, down a pipe. The thread blocks in the pipe's system calls without the
