@@ -208,7 +208,7 @@ def _records(path: Path) -> dict[str, bytes]:
 def test_the_writer_process_writes_the_records_torch_save_writes_here(tmp_path: Path) -> None:
     state = _varied_state()
     here = tmp_path / "here.ckpt"
-    torch.save(host_snapshot(state), here)
+    torch.save(state, here)  # the checkpoint itself, pickled in this process
     io = AtomicCheckpointIO(background=True)
     io.save_checkpoint(state, tmp_path / "last.ckpt")
     io.teardown()
