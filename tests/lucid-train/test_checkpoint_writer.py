@@ -290,3 +290,27 @@ def test_a_writer_process_that_cannot_start_leaves_the_writing_to_the_thread(
     assert not io.process
     assert io.load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 1
     io.teardown()
+
+
+def test_the_writer_process_ends_at_teardown_while_a_forked_worker_holds_its_pipe(
+    tmp_path: Path,
+) -> None:
+    import signal
+
+    io = AtomicCheckpointIO(background=True)
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, tmp_path / "last.ckpt")
+    io.wait()
+    assert io._writer is not None and io._writer._proc is not None
+    child = io._writer._proc
+    pid = os.fork()
+    if pid == 0:  # as a loader worker: it holds every descriptor it inherited
+        time.sleep(30)
+        os._exit(0)
+    try:
+        start = time.perf_counter()
+        io.teardown()
+        assert time.perf_counter() - start < 10
+        assert child.poll() is not None
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)

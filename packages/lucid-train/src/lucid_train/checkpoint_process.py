@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -161,6 +162,10 @@ class WriterProcess:
         if proc is None:
             return
         if proc.stdin is not None:
+            # An empty header ends the child: a loader worker forked from this process also
+            # holds the pipe's end, so closing ours need not reach the child as the input's end.
+            with suppress(OSError):
+                _send(proc.stdin.fileno(), (0).to_bytes(8, "little"))
             proc.stdin.close()
         try:
             proc.wait(timeout=60)
@@ -174,8 +179,8 @@ class WriterProcess:
 def _serve(source: IO[bytes], answers: IO[bytes]) -> None:
     from lucid_train.atomic_files import atomic_path
 
-    while (head := _receive(source, 8)) is not None:
-        header = _receive(source, int.from_bytes(head, "little"))
+    while (head := _receive(source, 8)) is not None and (size := int.from_bytes(head, "little")):
+        header = _receive(source, size)
         if header is None:
             return
         path, template, specs, sizes = pickle.loads(header)
