@@ -9,14 +9,14 @@ GPU runs dry.
 
 So `AtomicCheckpointIO`'s writer thread hands each checkpoint to a child interpreter (``python -m
 lucid_train.checkpoint_process``, started at the fit's start; it ignores SIGINT and SIGTERM, so a
-stopping fit's signals do not cut a write short, and ends when its input does): the checkpoint's
+stopping fit's signals do not cut a write short): the checkpoint's
 structure with every tensor replaced by a `Slot` (a small pickle), then each (device, dtype) group's
 bytes as they lie in memory, down a pipe. The thread blocks in the pipe's system calls without the
 lock. The child rebuilds each tensor with its strides and its own storage, writes the file with
 ``torch.save`` through `lucid_train.atomic_files.atomic_path`, and answers ``ok`` or the error in
 one line. The file is the one ``torch.save`` of the snapshot writes in the training process
-(`tests/lucid-train/test_checkpoint_writer.py`). When the training process ends, the child reads the
-end of its input, finishes the write in hand and exits.
+(`tests/lucid-train/test_checkpoint_writer.py`). The fit's teardown ends the child with an empty
+header; a training process that dies leaves it to finish the write in hand and end with its input.
 """
 
 from __future__ import annotations
