@@ -17,9 +17,11 @@ The file is written in the background (`lucid_train.checkpoint_io`): its copies 
 epoch's start, its writing starts once the epoch's first `RELEASE_AFTER` batches are queued (so
 that the little of it left on the training process, the structure's pickle and the hand-over,
 slows none of the batches the GPU is waiting for), and this callback waits for it at the epoch's
-end: ``last.ckpt`` is the epoch's start by then. A run killed before that (SIGKILL in the epoch's
-first moments) leaves the previous epoch's start, whole, and its resume runs one epoch more, still
-exactly; SIGTERM and errors end through the Trainer's teardown, which waits for the write.
+end: ``last.ckpt`` is the epoch's start by then. A run killed before the write is handed to the
+writer process (SIGKILL in the epoch's first batches) leaves the previous epoch's start, whole, and
+its resume runs one epoch more, still exactly; killed after, it leaves this epoch's start, which
+the writer process finishes. SIGTERM and errors end through the Trainer's teardown, which waits for
+the write.
 """
 
 from __future__ import annotations
