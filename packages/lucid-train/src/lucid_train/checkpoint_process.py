@@ -209,8 +209,8 @@ def _serve(source: IO[bytes], answers: IO[bytes]) -> None:
 if __name__ == "__main__":
     import signal
 
-    # The write in hand is finished whatever signal the fit's processes get; the child ends
-    # when its input does (the training process closed it, or ended).
+    # The write in hand is finished whatever signal the fit's processes get; the child ends at
+    # an empty header (the training process's close) or at its input's end (that process died).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Answers go to a private copy of stdout; anything printed goes to stderr instead.

@@ -57,8 +57,7 @@ class LastCheckpoint(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.is_global_zero:
             remove_stale_temporaries(self.path)  # left by a process killed mid-write
-            io = trainer.strategy.checkpoint_io
-            if isinstance(io, AtomicCheckpointIO):
+            if io := _atomic_io(trainer):
                 io.start_writer()  # it imports torch while the fit sets up, not at the first write
 
     def on_save_checkpoint(
@@ -86,8 +85,7 @@ class LastCheckpoint(Callback):
             return
         _start_epoch_counters(trainer)
         self._at_epoch_start = True
-        io = trainer.strategy.checkpoint_io
-        if isinstance(io, AtomicCheckpointIO):
+        if io := _atomic_io(trainer):
             io.hold_next()
         try:
             self._write(trainer)
@@ -98,17 +96,18 @@ class LastCheckpoint(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:  # fmt: skip
-        io = trainer.strategy.checkpoint_io
-        if batch_idx + 1 == RELEASE_AFTER and isinstance(io, AtomicCheckpointIO):
+        if batch_idx + 1 == RELEASE_AFTER and (io := _atomic_io(trainer)):
             io.release()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        _wait_for_writes(trainer)  # the epoch's start is on the disk before the epoch ends
+        if io := _atomic_io(trainer):
+            io.wait()  # the epoch's start is on the disk before the epoch ends
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.current_epoch != self._written_at:
             self._write(trainer)
-        _wait_for_writes(trainer)
+        if io := _atomic_io(trainer):
+            io.wait()
 
     def _write(self, trainer: L.Trainer) -> None:
         for logger in trainer.loggers:
@@ -117,10 +116,10 @@ class LastCheckpoint(Callback):
         self._written_at = trainer.current_epoch
 
 
-def _wait_for_writes(trainer: L.Trainer) -> None:
+def _atomic_io(trainer: L.Trainer) -> AtomicCheckpointIO | None:
+    """The Trainer's `AtomicCheckpointIO` (a Trainer built elsewhere may have another IO)."""
     io = trainer.strategy.checkpoint_io
-    if isinstance(io, AtomicCheckpointIO):
-        io.wait()
+    return io if isinstance(io, AtomicCheckpointIO) else None
 
 
 def _start_epoch_counters(trainer: L.Trainer) -> None:
