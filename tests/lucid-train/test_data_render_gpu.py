@@ -109,3 +109,33 @@ def test_the_pinning_thread_decodes_jpegs_ahead_and_the_render_waits_for_them(
     ahead = packed.pin_memory()  # decoded on the side stream, as the pinning thread does
     assert ahead.decoded is not None and ahead.decoded.is_cuda and ahead.ready is not None
     assert torch.equal(ahead.to("cuda").render(), later)
+
+
+def test_a_batch_painted_ahead_on_the_pinning_thread_holds_the_steps_bits_once_awaited(
+    small_synthetic: Callable[[Task], Path],
+) -> None:
+    """`Batch.pin_memory` paints on the side stream; `Batch.render` makes the reading stream wait
+    for it. The side stream is held busy first, so a read that did not wait would see the
+    buffer before the paint."""
+    from lucid_train.data.augment import render_device
+    from lucid_train.data.transport import collate
+
+    index = read_split(small_synthetic("detect"), "train", task="detect")
+    ds = TrainDataset(index.records, index.schema, 256, HEAVY, seed=1, pool_size=4,
+                      render="device")  # fmt: skip
+    batch = collate([ds[(0, p)] for p in range(8)])
+    at_step = batch.to("cuda").render().images  # painted on the training stream
+    side = render_device._decode_stream(torch.device("cuda", torch.cuda.current_device()))
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(400_000_000)  # ~0.2 s of GPU time before the paint starts
+    ahead = batch.pin_memory()
+    assert ahead.pixels is None and ahead.ready is not None and ahead.images.is_cuda
+    with pytest.raises(RuntimeError, match="not rendered"):
+        ahead.float_images()
+    moved = ahead.to("cuda")  # Lightning's transfer leaves the painted images and the event
+    assert moved.ready is ahead.ready
+    read = moved.render()
+    assert read.ready is None
+    seen = read.images.clone()  # on the training stream
+    torch.cuda.synchronize()
+    assert torch.equal(seen, at_step)

@@ -70,6 +70,8 @@ class Batch:
         letterbox: ``(B, 3)`` float64 ``(gain, pad_x, pad_y)``; NaN for training samples.
         pixels: the pixel work still to do when the device renders (then ``images`` is
             ``(B, 0, 0, 3)`` until `render`), else None.
+        ready: the CUDA event after which ``images``, painted ahead on the pinning thread's side
+            stream (`pin_memory`), may be read; `render` makes the consumer's stream wait on it.
     """
 
     images: torch.Tensor
@@ -84,12 +86,13 @@ class Batch:
     orig_hw: torch.Tensor
     letterbox: torch.Tensor
     pixels: PixelBatch | None = None
+    ready: Any = None
 
     def _map(self, fn: Any) -> Batch:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = None if value is None else fn(value)
+            out[f.name] = value if value is None or f.name == "ready" else fn(value)
         return Batch(**out)
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> Batch:
@@ -98,11 +101,23 @@ class Batch:
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
-        """Every tensor in page-locked memory (called by the DataLoader's pinning thread)."""
-        return self._map(lambda t: t.pin_memory())
+        """Every tensor in page-locked memory (called by the DataLoader's pinning thread). With
+        CUDA, pixels still to render are painted here, on the GPU's side stream
+        (`PixelBatch.paint_ahead`): the training thread then only waits on ``ready``."""
+        if self.pixels is None or not torch.cuda.is_available():
+            return self._map(lambda t: t.pin_memory())
+        images, ready = self.pixels.paint_ahead()
+        rest = replace(self, pixels=None)._map(lambda t: t.pin_memory())
+        return replace(rest, images=images, ready=ready)
 
     def render(self) -> Batch:
-        """This batch with its images painted where it is (a no-op once rendered)."""
+        """This batch with its images painted where it is, or, when they were painted ahead
+        (`pin_memory`), ready for the current stream to read (a no-op once rendered)."""
+        if self.ready is not None:
+            stream = torch.cuda.current_stream(self.images.device)
+            stream.wait_event(self.ready)
+            self.images.record_stream(stream)  # allocated on the side stream, freed after use here
+            return replace(self, ready=None)
         if self.pixels is None:
             return self
         return replace(self, images=self.pixels.render(), pixels=None)
@@ -116,7 +131,7 @@ class Batch:
 
     def float_images(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """``(B, 3, H, W)`` in ``[0, 1]``, channels-last in memory."""
-        if self.pixels is not None:
+        if self.pixels is not None or self.ready is not None:
             raise RuntimeError(
                 "Batch.float_images: the images are not rendered yet; call Batch.render() after "
                 "the transfer (LucidDataModule does it in on_after_batch_transfer)"

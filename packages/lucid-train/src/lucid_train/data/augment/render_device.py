@@ -23,6 +23,7 @@ CPU renderer by a level where an interpolation weight rounds the other way (and 
 `tests/lucid-train/test_data_render.py` holds the bound. Sources are either decoded rows shipped
 by the worker or JPEG files decoded on the device (`decode_jpeg`, nvJPEG on CUDA): ahead, in the
 loader's pinning thread (`PixelBatch.pin_memory`), or at the render when the batch is not pinned.
+A pinned training batch is painted there too, on the same side stream (`paint_ahead`).
 """
 
 from __future__ import annotations
@@ -134,6 +135,24 @@ class PixelBatch:
                 out.ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
                 out.ready.record(stream)
         return out
+
+    def paint_ahead(self) -> tuple[torch.Tensor, Any]:
+        """Moved to the current CUDA device and painted there on the side stream: ``(B, S, S, 3)``
+        uint8 and the event that says so. The pinning thread calls this (through
+        `Batch.pin_memory`), so the paint costs the training thread nothing and runs on the GPU
+        beside the previous step's work; the consumer waits on the event (`Batch.render`). The
+        paint is `render`'s, so its pixels are the same bits."""
+        device = torch.device("cuda", torch.cuda.current_device())
+        stream = _decode_stream(device)
+        with torch.cuda.stream(stream):
+            pinned = self._map(lambda t: t if t.is_cuda else t.pin_memory(), host_too=False)
+            moved = pinned.to(device)  # from page-locked memory: queued on the side stream
+            if moved.jpeg_paths and moved.decoded is None:
+                moved.decoded = moved._decode(device)
+            image = moved.render()
+            ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            ready.record(stream)
+        return image, ready
 
     @property
     def batch_size(self) -> int:
