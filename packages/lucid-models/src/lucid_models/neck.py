@@ -29,8 +29,19 @@ __all__ = ["Neck"]
 
 
 def _up_cat(x: Tensor, lateral: Tensor) -> Tensor:
-    """``(B, C1, h, w), (B, C2, H, W) -> (B, C1 + C2, H, W)``, ``x`` resized nearest."""
-    return torch.cat((F.interpolate(x, size=lateral.shape[-2:], mode="nearest"), lateral), 1)
+    """``(B, C1, h, w), (B, C2, H, W) -> (B, C1 + C2, H, W)``, ``x`` resized nearest.
+
+    The resize runs in ``x``'s dtype under autocast too. CUDA autocast lists the nearest
+    upsample among its float32 ops, which would make the resized map and the concatenation
+    float32 only for the next convolution to cast them back: twice the memory traffic on the
+    neck's largest maps, for the same bits (nearest copies values, which half precision holds
+    exactly in float32, and its backward sums in float32 for either dtype).
+    """
+    size = lateral.shape[-2:]
+    if x.device.type != "meta" and torch.is_autocast_enabled(x.device.type):
+        with torch.autocast(x.device.type, enabled=False):
+            return torch.cat((F.interpolate(x, size=size, mode="nearest"), lateral), 1)
+    return torch.cat((F.interpolate(x, size=size, mode="nearest"), lateral), 1)
 
 
 class Neck(nn.Module):
