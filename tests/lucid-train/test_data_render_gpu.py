@@ -114,9 +114,9 @@ def test_the_pinning_thread_decodes_jpegs_ahead_and_the_render_waits_for_them(
 def test_a_batch_painted_ahead_on_the_pinning_thread_holds_the_steps_bits_once_awaited(
     small_synthetic: Callable[[Task], Path],
 ) -> None:
-    """`Batch.pin_memory` paints on the side stream; `Batch.render` makes the reading stream wait
-    for it. The side stream is held busy first, so a read that did not wait would see the
-    buffer before the paint."""
+    """`Batch.pin_memory` paints on the side stream; the transfer (`Batch.to`) and `Batch.render`
+    make the reading stream wait for it. The side stream is held busy first, so a read that did
+    not wait would see the buffer before the paint."""
     from lucid_train.data.augment import render_device
     from lucid_train.data.transport import collate
 
@@ -132,10 +132,8 @@ def test_a_batch_painted_ahead_on_the_pinning_thread_holds_the_steps_bits_once_a
     assert ahead.pixels is None and ahead.ready is not None and ahead.images.is_cuda
     with pytest.raises(RuntimeError, match="not rendered"):
         ahead.float_images()
-    moved = ahead.to("cuda")  # Lightning's transfer leaves the painted images and the event
-    assert moved.ready is ahead.ready
-    read = moved.render()
-    assert read.ready is None
+    read = ahead.to("cuda").render()  # Lightning's transfer, then the step's render
+    assert read.ready is None and read.images.data_ptr() == ahead.images.data_ptr()
     seen = read.images.clone()  # on the training stream
     torch.cuda.synchronize()
     assert torch.equal(seen, at_step)

@@ -71,7 +71,8 @@ class Batch:
         pixels: the pixel work still to do when the device renders (then ``images`` is
             ``(B, 0, 0, 3)`` until `render`), else None.
         ready: the CUDA event after which ``images``, painted ahead on the pinning thread's side
-            stream (`pin_memory`), may be read; `render` makes the consumer's stream wait on it.
+            stream (`pin_memory`), may be read; `render` (and `to`, the device transfer) makes
+            the consumer's stream wait on it.
     """
 
     images: torch.Tensor
@@ -97,8 +98,10 @@ class Batch:
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> Batch:
         """Every tensor moved to ``device``. Non-blocking by default: safe on one stream, and a
-        real overlap when the batch is pinned (Lightning calls ``to(device)`` without the flag)."""
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+        real overlap when the batch is pinned (Lightning calls ``to(device)`` without the flag).
+        Images painted ahead are awaited first (`render`), so a copy of them reads the paint."""
+        batch = self.render() if self.ready is not None else self
+        return batch._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
         """Every tensor in page-locked memory (called by the DataLoader's pinning thread). With
