@@ -17,6 +17,8 @@ upsampling whenever the image side is a multiple of 32 and stays defined when it
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -37,11 +39,10 @@ def _up_cat(x: Tensor, lateral: Tensor) -> Tensor:
     neck's largest maps, for the same bits (nearest copies values, which half precision holds
     exactly in float32, and its backward sums in float32 for either dtype).
     """
-    size = lateral.shape[-2:]
-    if x.device.type != "meta" and torch.is_autocast_enabled(x.device.type):
-        with torch.autocast(x.device.type, enabled=False):
-            return torch.cat((F.interpolate(x, size=size, mode="nearest"), lateral), 1)
-    return torch.cat((F.interpolate(x, size=size, mode="nearest"), lateral), 1)
+    device = x.device.type  # the meta device (shape inference) has no autocast state to ask
+    autocast = device != "meta" and torch.is_autocast_enabled(device)
+    with torch.autocast(device, enabled=False) if autocast else contextlib.nullcontext():
+        return torch.cat((F.interpolate(x, size=lateral.shape[-2:], mode="nearest"), lateral), 1)
 
 
 class Neck(nn.Module):

@@ -146,10 +146,8 @@ class PixelBatch:
         stream = _decode_stream(device)
         with torch.cuda.stream(stream):
             pinned = self._map(lambda t: t if t.is_cuda else t.pin_memory(), host_too=False)
-            moved = pinned.to(device)  # from page-locked memory: queued on the side stream
-            if moved.jpeg_paths and moved.decoded is None:
-                moved.decoded = moved._decode(device)
-            image = moved.render()
+            # From page-locked memory, queued on the side stream; JPEG sources decode in render.
+            image = pinned.to(device).render()
             ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record(stream)
         return image, ready
