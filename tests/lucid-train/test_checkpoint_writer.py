@@ -126,6 +126,62 @@ def test_the_host_snapshot_copies_tensors_and_rebuilds_containers() -> None:
     assert snap["n"] == "name" and snap["a"][1][1] == 1
 
 
+def test_a_save_of_the_same_tensors_follows_the_last_plan_and_holds_their_values_now(
+    tmp_path: Path,
+) -> None:
+    """Each epoch saves the same tensors, changed in place: the second save reuses the first
+    one's packing (`_Plan`) and still writes the values of its own call."""
+    io = AtomicCheckpointIO(background=True, process=False)
+    w = torch.arange(6.0).reshape(2, 3).t()  # strided: the plan keeps its layout
+    step = torch.tensor(1)
+
+    def state(epoch: int) -> dict[str, Any]:  # fresh containers and views, as Lightning's dump
+        return {"epoch": epoch, "state_dict": {"w": w.detach()}, "step": step[()]}
+
+    io.save_checkpoint(state(1), tmp_path / "a.ckpt")
+    plan = io._plan
+    assert plan is not None
+    w.mul_(10)
+    step.add_(1)
+    io.save_checkpoint(state(2), tmp_path / "b.ckpt")
+    assert io._plan is plan  # followed, not made again
+    w.mul_(10)  # after the call: not in the file
+    io.wait()
+    first, second = (io.load_checkpoint(tmp_path / n) for n in ("a.ckpt", "b.ckpt"))
+    assert torch.equal(first["state_dict"]["w"], torch.arange(6.0).reshape(2, 3).t())
+    assert torch.equal(second["state_dict"]["w"], torch.arange(6.0).reshape(2, 3).t() * 10)
+    assert second["state_dict"]["w"].stride() == w.stride()
+    assert (second["epoch"], int(second["step"]), int(first["step"])) == (2, 2, 1)
+    io.teardown()
+    assert io._plan is None  # its views no longer hold the tensors alive
+
+
+@pytest.mark.parametrize("change", ["replaced", "reshaped", "added", "dropped"])
+def test_a_save_whose_tensors_are_not_the_plans_is_packed_afresh(
+    tmp_path: Path, change: str
+) -> None:
+    io = AtomicCheckpointIO(background=True, process=False)
+    tensors = {"a": torch.ones(3), "b": torch.full((2, 2), 2.0)}
+    io.save_checkpoint({"s": dict(tensors)}, tmp_path / "a.ckpt")
+    plan = io._plan
+    if change == "replaced":  # same shape, new storage (an assigned parameter)
+        tensors["a"] = torch.full((3,), 5.0)
+    elif change == "reshaped":  # same storage, another view
+        tensors["b"] = tensors["b"].view(4)
+    elif change == "added":
+        tensors["c"] = torch.zeros(1)
+    else:
+        del tensors["b"]
+    io.save_checkpoint({"s": dict(tensors)}, tmp_path / "b.ckpt")
+    assert io._plan is not plan
+    io.wait()
+    saved = io.load_checkpoint(tmp_path / "b.ckpt")["s"]
+    assert saved.keys() == tensors.keys()
+    for name, t in tensors.items():
+        assert torch.equal(saved[name], t)
+    io.teardown()
+
+
 def test_the_writer_pickles_as_its_settings_for_a_spawned_process(tmp_path: Path) -> None:
     import pickle
 

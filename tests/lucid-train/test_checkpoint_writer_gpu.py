@@ -60,12 +60,14 @@ def test_a_save_queues_its_copies_and_the_file_holds_the_values_of_the_call(
     io = AtomicCheckpointIO(background=True)
     io.save_checkpoint(state, tmp_path / "first.ckpt")  # pinned memory is allocated once
     io.wait()
+    plan = io._plan  # the second save packs the same tensors by the first one's plan
     torch.cuda.synchronize()
     torch.cuda._sleep(400_000_000)  # the GPU busy for a while, as mid-epoch
     start = time.perf_counter()
     io.save_checkpoint(state, tmp_path / "last.ckpt")
     took = time.perf_counter() - start
     assert not torch.cuda.current_stream().query(), "the save waited for the GPU"
+    assert plan is not None and io._plan is plan
     for v in _leaves(state).values():  # training goes on: queued after the save's copies
         if isinstance(v, torch.Tensor) and v.is_cuda and v.dtype.is_floating_point:
             v.mul_(-3.0)

@@ -4,6 +4,8 @@ mosaic for the final epochs."""
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import torch
 
 from lucid_train.data.augment import AugmentConfig
 from lucid_train.data.datamodule import LucidDataModule
-from lucid_train.data.dataset import EpochSampler
+from lucid_train.data.dataset import WORKER_NICE, EpochSampler, worker_init
 from lucid_train.data.records import Task
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch
@@ -125,6 +127,30 @@ def test_persistent_workers_give_each_epoch_the_batches_of_a_fresh_loader(
         for x, y in zip(a, b, strict=True):
             assert torch.equal(x.images, y.images)
             assert torch.equal(x.boxes, y.boxes)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_workers_feeding_a_gpu_yield_the_cpu_to_the_training_process(
+    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CUDA the loader's workers start below the training process's priority (the thread
+    that launches the GPU's work gets a core when it wants one); a CPU fit's keep theirs."""
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=96, batch_size=4,
+                         num_workers=2)  # fmt: skip
+    dm.setup("fit")
+    for on_cuda, nice in ((True, WORKER_NICE), (False, 0)):
+        monkeypatch.setattr(dm, "_on_cuda", lambda on_cuda=on_cuda: on_cuda)
+        for loader in (dm.train_dataloader(), dm.val_dataloader()):
+            init = loader.worker_init_fn
+            assert isinstance(init, functools.partial) and init.keywords == {"nice": nice}
+    base = os.nice(0)
+    pid = os.fork()
+    if pid == 0:  # a worker's start, in a child as the DataLoader's
+        worker_init(0, nice=WORKER_NICE)
+        os._exit(0 if os.nice(0) == min(base + WORKER_NICE, 19) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.nice(0) == base  # the training process keeps its own
 
 
 def test_close_mosaic_applies_to_the_final_epochs(small_synthetic: Callable[[Task], Path]) -> None:

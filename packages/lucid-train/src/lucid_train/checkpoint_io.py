@@ -81,15 +81,67 @@ def _memory_image(t: torch.Tensor) -> torch.Tensor | None:
     return p.view(-1) if p.is_contiguous() else None
 
 
+TensorKey = tuple[int, torch.device, torch.dtype, torch.Size, tuple[int, ...]]
+
+
+def _key(t: torch.Tensor) -> TensorKey | None:
+    """Where ``t``'s elements lie (address, device, dtype, shape, strides); None for a tensor
+    that is never packed by plan (not strided, or on neither the host nor a CUDA device)."""
+    if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+        return None
+    return (t.data_ptr(), t.device, t.dtype, t.shape, t.stride())
+
+
+class _Plan:
+    """How one save's tensors were packed, for the next save to reuse: a fit saves the same
+    tensors every epoch (parameters, buffers, optimizer and EMA state, all updated in place),
+    and finding each one's group and memory image again cost about 30 µs a tensor on the
+    training thread, 75 ms for yolo26n's 2,514 with the GPU idle at every epoch start (GPU
+    profile of 2026-12-02, `docs/benchmarks/peer-speed.md`). A save matches the plan when its
+    tensors, in walk order, lie exactly where the plan's did; the plan's memory images hold
+    those storages alive, so an equal address is the same memory, never a reuse of freed
+    memory by another tensor."""
+
+    __slots__ = ("groups", "keys", "members", "slots")
+
+    def __init__(
+        self,
+        keys: list[TensorKey],
+        slots: list[Slot],
+        groups: dict[tuple[torch.device, torch.dtype], int],
+        members: list[list[torch.Tensor]],
+    ) -> None:
+        self.keys, self.slots, self.groups, self.members = keys, slots, groups, members
+
+
+class _PlanMissedError(Exception):
+    """A save's tensors differ from the plan's (raised inside the walk to stop it early)."""
+
+
+_MISSED = object()  # `_Staged._follow`'s answer for a save whose tensors are not the plan's
+
+
 class _Staged:
     """A checkpoint on its way to the host (see the module): every dense tensor's bytes packed
     by (device, dtype) into one flat host tensor, a device's copied behind an event. `host`
-    gives the parts (for the writer process), `result` the checkpoint rebuilt here."""
+    gives the parts (for the writer process), `result` the checkpoint rebuilt here. Given the
+    `plan` of an earlier save of the same tensors, only the packing is done again; ``self.plan``
+    is the plan this save followed or made (None when a tensor had an odd layout)."""
 
-    def __init__(self, obj: Any) -> None:
+    def __init__(self, obj: Any, plan: _Plan | None = None) -> None:
         self._groups: dict[tuple[torch.device, torch.dtype], int] = {}
         self._members: list[list[torch.Tensor]] = []
-        self._template = map_leaves(obj, self._take)
+        self._keys: list[TensorKey] = []
+        self._slots: list[Slot] = []
+        self._odd = False
+        self.plan: _Plan | None = None
+        if plan is not None and (template := self._follow(obj, plan)) is not _MISSED:
+            self._template, self.plan = template, plan
+            self._groups, self._members = plan.groups, plan.members
+        else:
+            self._template = map_leaves(obj, self._take)
+            if not self._odd:
+                self.plan = _Plan(self._keys, self._slots, self._groups, self._members)
         self._buffers: list[tuple[torch.Tensor, Any]] = []
         for (device, dtype), g in self._groups.items():
             flat = torch.cat(self._members[g])  # on the host, this is the copy
@@ -103,20 +155,45 @@ class _Staged:
                 flat = host
             self._buffers.append((flat, event))
         self._sizes = [[m.numel() for m in members] for members in self._members]
-        self._members = []  # the device side is queued; keep no device tensor alive
+        self._members, self._keys, self._slots = [], [], []  # only the plan keeps device views
+
+    def _follow(self, obj: Any, plan: _Plan) -> Any:
+        """``obj``'s template with the plan's slots, or `_MISSED` if its tensors are not the
+        plan's."""
+        keys, slots, n = plan.keys, plan.slots, 0
+
+        def leaf(value: Any) -> Any:
+            nonlocal n
+            if not isinstance(value, torch.Tensor):
+                return value
+            if n >= len(keys) or _key(value) != keys[n]:
+                raise _PlanMissedError
+            n += 1
+            return slots[n - 1]
+
+        try:
+            template = map_leaves(obj, leaf)
+        except _PlanMissedError:
+            return _MISSED
+        return template if n == len(keys) else _MISSED
 
     def _take(self, obj: Any) -> Any:
         if not isinstance(obj, torch.Tensor):
             return obj
         t = obj.detach()
         image = _memory_image(t) if t.device.type in ("cpu", "cuda") else None
-        if image is None:  # an odd layout (none in a lucid fit): copied alone, waiting
+        key = _key(t)
+        if image is None or key is None:  # an odd layout (none in a lucid fit): copied alone
+            self._odd = True
             return t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
         g = self._groups.setdefault((t.device, t.dtype), len(self._groups))
         if g == len(self._members):
             self._members.append([])
         self._members[g].append(image)
-        return Slot(g, len(self._members[g]) - 1, tuple(t.shape), t.stride())
+        slot = Slot(g, len(self._members[g]) - 1, tuple(t.shape), t.stride())
+        self._keys.append(key)
+        self._slots.append(slot)
+        return slot
 
     def host(self) -> tuple[Any, list[torch.Tensor], list[list[int]]]:
         """The template, each group's flat host tensor (waiting for the device's copies) and
@@ -174,6 +251,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self._pending: tuple[Future[None], Path, threading.Event] | None = None
         self._hold = False
         self._lock = threading.Lock()
+        self._plan: _Plan | None = None  # how the last save packed its tensors (`_Plan`)
         _WRITERS.add(self)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -199,7 +277,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             _write(checkpoint, target)
             return
         self.start_writer()
-        staged = _Staged(checkpoint)
+        staged = _Staged(checkpoint, self._plan)
+        self._plan = staged.plan
         go = threading.Event()
         if not hold:
             go.set()
@@ -301,6 +380,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             with self._lock:
                 executor, self._executor = self._executor, None
                 writer, self._writer = self._writer, None
+                self._plan = None  # its memory images hold the fit's tensors alive
             if executor is not None:
                 executor.shutdown(wait=True)
             if writer is not None:

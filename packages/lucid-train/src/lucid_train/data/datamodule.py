@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,7 +21,13 @@ from torch.utils.data import DataLoader
 
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.coco import coco_document
-from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset, worker_init
+from lucid_train.data.dataset import (
+    WORKER_NICE,
+    EpochSampler,
+    EvalDataset,
+    TrainDataset,
+    worker_init,
+)
 from lucid_train.data.epoch_loader import EpochLoader
 from lucid_train.data.image_io import Verify
 from lucid_train.data.layout import Layout, read_split
@@ -277,7 +284,9 @@ class LucidDataModule(L.LightningDataModule):
             num_workers=workers,
             collate_fn=collate,
             pin_memory=self.pin_memory,
-            worker_init_fn=worker_init if workers else None,
+            worker_init_fn=partial(worker_init, nice=WORKER_NICE if self._on_cuda() else 0)
+            if workers
+            else None,
             persistent_workers=self.persistent_workers and workers > 0,
             prefetch_factor=4 if workers else None,
         )
