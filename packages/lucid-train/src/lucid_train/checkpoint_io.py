@@ -181,8 +181,8 @@ class _Staged:
         if not isinstance(obj, torch.Tensor):
             return obj
         t = obj.detach()
-        image = _memory_image(t) if t.device.type in ("cpu", "cuda") else None
-        key = _key(t)
+        key = _key(t)  # None off the host and CUDA devices, where no memory image is taken
+        image = _memory_image(t) if key is not None else None
         if image is None or key is None:  # an odd layout (none in a lucid fit): copied alone
             self._odd = True
             return t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
