@@ -3,12 +3,13 @@ SIGKILL mid-epoch), resumes with ``--ckpt_path`` to the end state of an uninterr
 bit, with every epoch in ``metrics.csv`` once.
 
 One chain per device: an uninterrupted run of 3 epochs, and a run that gets SIGTERM during epoch
-1, is resumed, gets SIGKILL during epoch 2 and is resumed to the end. Each stop lands after the
-epoch's third batch was read and its start's last.ckpt is on the disk (it is written in the
-background while the epoch's first batches train, `lucid_train.last_checkpoint`); the last.ckpt
-it leaves must be that one. Each sample read takes at least `SAMPLE_SECONDS`, so an epoch
-outlasts that write and the stop lands mid-epoch on a fast GPU too. The GPU chain runs the same
-with capture on and 16-mixed (the GPU session).
+1, is resumed, gets SIGKILL during epoch 2 and is resumed to the end. Each stopped run is held
+inside the read of its epoch's 13th sample (`lucid_testing.recorded_fit`'s hold) until the
+epoch start's last.ckpt is on the disk (it is written in the background while the epoch's first
+batches train, `lucid_train.last_checkpoint`), then signalled and let go: the stop lands in that
+epoch's fourth batch on a fast GPU and on a loaded CI machine alike, and the last.ckpt it leaves
+must be the epoch start's. The GPU chain runs the same with capture on and 16-mixed (the GPU
+session).
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ import pytest
 import torch
 
 import lucid_testing
+from lucid_testing.recorded_fit import held, release
 from lucid_testing.trainer_fits import flat_state, same
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.runs import LOG_INTERVAL
 
 EPOCHS = 3
 BATCHES = 10  # per epoch: 40 images, batch 4
-SAMPLE_SECONDS = 0.05  # each read held this long: an epoch of at least 2 s
+HOLD_POSITION = 12  # the stopped runs wait inside this read of their epoch for the signal
 CPU_FLAGS = ("--trainer.accelerator", "cpu", "--trainer.deterministic")
 # No --trainer.deterministic on CUDA: torch refuses ops without a deterministic kernel there;
 # the capture parity suite holds the same kernels bitwise run to run without it.
@@ -67,11 +69,13 @@ def _fit_args(data: Path, device_flags: tuple[str, ...]) -> list[str]:
     ]  # fmt: skip
 
 
-def _start(run: Run, args: list[str]) -> subprocess.Popen[str]:
+def _start(run: Run, args: list[str], hold_in_epoch: int | None = None) -> subprocess.Popen[str]:
     support = str(Path(lucid_testing.__file__).parent.parent)  # tests/support
     path = os.pathsep.join(p for p in (support, os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": path,
-           "LUCID_TEST_SAMPLE_SECONDS": str(SAMPLE_SECONDS)}  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+    env.pop("LUCID_TEST_HOLD_AT", None)
+    if hold_in_epoch is not None:
+        env["LUCID_TEST_HOLD_AT"] = f"{hold_in_epoch} {HOLD_POSITION}"
     run.cwd.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "lucid_testing.recorded_fit", str(run.order_log), *args]
     return subprocess.Popen(
@@ -98,17 +102,19 @@ def _written_epoch(path: Path) -> int | None:
 
 
 def _stop_in_epoch(run: Run, proc: subprocess.Popen[str], epoch: int, sig: int) -> Run:
-    """Send ``sig`` once three batches of ``epoch`` were read and its start's last.ckpt is on
-    the disk (mid-epoch), and wait for the process to end."""
-    needed = 3 * 4
+    """Once the run (started with ``hold_in_epoch=epoch``) waits inside its held read and the
+    epoch start's last.ckpt is on the disk, send ``sig``, let the read go on and wait for the
+    process to end."""
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        seen = sum(line.startswith(f"{epoch} ") for line in _read_lines(run.order_log))
-        if proc.poll() is not None or (seen >= needed and _written_epoch(run.last) == epoch):
+        waiting = held(run.order_log).exists() and _written_epoch(run.last) == epoch
+        if proc.poll() is not None or waiting:
             break
-        time.sleep(0.005)
-    assert proc.poll() is None, f"the run ended before epoch {epoch}: {proc.stderr}"
+        time.sleep(0.01)
+    assert proc.poll() is None, f"the run ended before its hold in epoch {epoch}: {proc.stderr}"
+    assert held(run.order_log).exists(), f"no held read in epoch {epoch} within 600 s"
     proc.send_signal(sig)
+    release(run.order_log).touch()
     return _finish(run, proc)
 
 
@@ -158,14 +164,14 @@ def chain(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     straight = Run(base / "straight", base / "straight.order")
     proc = _start(straight, args)
     interrupted = Run(base / "interrupted", base / "first.order")
-    stopped = _start(interrupted, args)  # the two first runs side by side
+    stopped = _start(interrupted, args, hold_in_epoch=1)  # the two first runs side by side
     sigterm = _stop_in_epoch(interrupted, stopped, 1, signal.SIGTERM)
     _finish(straight, proc)
     assert straight.returncode == 0, straight.stderr[-3000:]
     after_sigterm = _checkpoint(interrupted.last)
     resume = [*args, "--ckpt_path", str(interrupted.last)]
     sigkill = Run(interrupted.cwd, base / "second.order")
-    sigkill = _stop_in_epoch(sigkill, _start(sigkill, resume), 2, signal.SIGKILL)
+    sigkill = _stop_in_epoch(sigkill, _start(sigkill, resume, hold_in_epoch=2), 2, signal.SIGKILL)
     after_sigkill = _checkpoint(interrupted.last)
     resumed = _finish(Run(interrupted.cwd, base / "third.order"), _start(
         Run(interrupted.cwd, base / "third.order"), resume))  # fmt: skip

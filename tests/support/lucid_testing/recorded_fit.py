@@ -3,8 +3,11 @@ interpreter that also appends, for every training sample it reads, ``epoch posit
 the file LOG (flushed line by line, so the record survives SIGKILL). The image order of each epoch
 (the sampler's epoch, through the dataset's permutation) can then be compared between an
 uninterrupted run and a killed-and-resumed one. Needs ``--data.num_workers 0`` (samples are
-read in this process). ``LUCID_TEST_SAMPLE_SECONDS`` (default 0) holds each read that long, so
-that a test can stop a run on a fast GPU mid-epoch rather than at the epoch's end.
+read in this process).
+
+``LUCID_TEST_HOLD_AT="EPOCH POSITION"`` stops the run inside that read until the test lets it go:
+the read creates ``LOG.held`` and waits for ``LOG.release``. A test can then signal the run at a
+known batch of a known epoch however loaded the machine is, instead of racing its timing.
 """
 
 from __future__ import annotations
@@ -12,23 +15,37 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from lucid_train import cli
 from lucid_train.data.dataset import TrainDataset
 
 
+def held(log: str | Path) -> Path:
+    """The file a held read creates once it waits."""
+    return Path(f"{log}.held")
+
+
+def release(log: str | Path) -> Path:
+    """The file that lets a held read go on."""
+    return Path(f"{log}.release")
+
+
 def main(argv: list[str]) -> int:
     log_path, args = argv[0], argv[1:]
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 - open for the whole run
     read = TrainDataset.__getitem__
-    pause = float(os.environ.get("LUCID_TEST_SAMPLE_SECONDS", "0"))
+    hold_at = os.environ.get("LUCID_TEST_HOLD_AT", "")
+    hold = tuple(int(v) for v in hold_at.split()) if hold_at else None
 
     def recorded(self: TrainDataset, key: tuple[int, int]) -> Any:
         epoch, position = key
         log.write(f"{epoch} {position} {int(self.permutation(epoch)[position])}\n")
-        if pause:
-            time.sleep(pause)
+        if (epoch, position) == hold:
+            held(log_path).touch()
+            while not release(log_path).exists():
+                time.sleep(0.01)
         return read(self, key)
 
     TrainDataset.__getitem__ = recorded  # type: ignore[method-assign]
