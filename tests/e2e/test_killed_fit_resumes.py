@@ -4,10 +4,10 @@ bit, with every epoch in ``metrics.csv`` once.
 
 One chain per device: an uninterrupted run of 3 epochs, and a run that gets SIGTERM during epoch
 1, is resumed, gets SIGKILL during epoch 2 and is resumed to the end. Each stopped run is held
-inside the read of its epoch's 13th sample (`lucid_testing.recorded_fit`'s hold) until the
+inside the read of its epoch's 21st sample (`lucid_testing.recorded_fit`'s hold) until the
 epoch start's last.ckpt is on the disk (it is written in the background while the epoch's first
 batches train, `lucid_train.last_checkpoint`), then signalled and let go: the stop lands in that
-epoch's fourth batch on a fast GPU and on a loaded CI machine alike, and the last.ckpt it leaves
+epoch's sixth batch on a fast GPU and on a loaded CI machine alike, and the last.ckpt it leaves
 must be the epoch start's. The GPU chain runs the same with capture on and 16-mixed (the GPU
 session).
 """
@@ -35,7 +35,10 @@ from lucid_train.runs import LOG_INTERVAL
 
 EPOCHS = 3
 BATCHES = 10  # per epoch: 40 images, batch 4
-HOLD_POSITION = 12  # the stopped runs wait inside this read of their epoch for the signal
+# The stopped runs wait inside this read of their epoch for the signal: the sixth batch's, two
+# after `RELEASE_AFTER` lets the epoch-start write go, so a loader reading a batch ahead still
+# holds after it.
+HOLD_POSITION = 20
 CPU_FLAGS = ("--trainer.accelerator", "cpu", "--trainer.deterministic")
 # No --trainer.deterministic on CUDA: torch refuses ops without a deterministic kernel there;
 # the capture parity suite holds the same kernels bitwise run to run without it.
