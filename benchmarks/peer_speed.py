@@ -229,6 +229,10 @@ def peer_half(spec_path: Path) -> None:
         if cuda:
             torch.cuda.synchronize()
         marks[-1][1] = time.time()
+        # written at every epoch's end: a side cut by its timeout in the closing validation of
+        # best.pt (slow for an untrained segment model) keeps the epochs it timed
+        doc = {"marks": marks, "accumulate": int(t.accumulate)}
+        Path(spec["result"]).write_text(json.dumps(doc))
 
     model.add_callback("on_train_epoch_start", start)
     model.add_callback("on_train_epoch_end", end)
@@ -238,8 +242,6 @@ def peer_half(spec_path: Path) -> None:
         plots=False, val=False, pretrained=False, project=spec["project"], name="train",
         exist_ok=True, seed=0,
     )  # fmt: skip
-    doc = {"marks": marks, "accumulate": int(model.trainer.accumulate)}
-    Path(spec["result"]).write_text(json.dumps(doc))
 
 
 def run_peer(
