@@ -137,3 +137,50 @@ def test_a_batch_painted_ahead_on_the_pinning_thread_holds_the_steps_bits_once_a
     seen = read.images.clone()  # on the training stream
     torch.cuda.synchronize()
     assert torch.equal(seen, at_step)
+
+
+def _stale_reads(decode: Callable[[], object], sizes: list[int]) -> int:
+    """Blocks of the decoder's output sizes, filled with ones, freed on the current stream while
+    queued reductions (behind ~0.2 s of GPU sleep) still have to read them; then ``decode()``.
+    Returns how many reductions read something else than the ones."""
+    torch.cuda.synchronize()
+    victims = [torch.ones(n, dtype=torch.uint8, device="cuda") for n in sizes for _ in range(2)]
+    expected = [v.numel() for v in victims]
+    torch.cuda.synchronize()
+    torch.cuda._sleep(400_000_000)
+    sums = [v.sum(dtype=torch.int64) for v in victims]
+    del victims  # freed with their readers still queued: the allocator may hand them out again
+    decode()
+    torch.cuda.synchronize()
+    return sum(int(s) != e for s, e in zip(sums, expected, strict=True))
+
+
+def test_device_decode_never_writes_memory_that_queued_work_still_reads(tmp_path: Path) -> None:
+    """torchvision's nvJPEG path writes its outputs into the current stream's freed blocks
+    without waiting for that stream (`PixelBatch._decode`). Called plainly here it overwrites
+    memory queued reductions still read; the renderer's decode must not. Where this build does
+    not show the hazard, the guard cannot be told from its absence: skipped, saying so."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from lucid_train.data.augment import TrainAugment
+    from lucid_train.data.targets import Targets
+
+    shapes = [(480, 640), (640, 427), (333, 500), (512, 512)]
+    files = {}
+    for i, (h, w) in enumerate(shapes):
+        pixels = np.random.default_rng(i).integers(0, 255, (h, w, 3), np.uint8)
+        Image.fromarray(pixels).save(tmp_path / f"{i}.jpg", quality=90)
+        file = read_jpeg(tmp_path / f"{i}.jpg")
+        assert file is not None
+        files[i] = file
+    empty = Targets(boxes=np.zeros((0, 4), np.float32), labels=np.zeros(0, np.int64))
+    aug = TrainAugment(AugmentConfig(mosaic=1.0), 256, lambda i: (files[i], empty))
+    plan, _, sources = aug.plan(aug.sample(0, np.random.SeedSequence([0]), [0, 1, 2, 3]))
+    packed = pack_plans([plan], sources, {}).to("cuda")  # moved before the victims exist
+    encoded = [torch.frombuffer(bytearray(f.data), dtype=torch.uint8) for f in files.values()]
+    sizes = [3 * h * w for h, w in shapes]
+
+    plain = _stale_reads(lambda: decode_jpeg(encoded, mode=ImageReadMode.RGB, device="cuda"), sizes)
+    if plain == 0:
+        pytest.skip("this torchvision/nvJPEG waits for the current stream: nothing to guard")
+    assert _stale_reads(packed.render, sizes) == 0, f"plain decode_jpeg: {plain} stale reads"

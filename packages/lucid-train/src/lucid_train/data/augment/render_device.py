@@ -46,12 +46,20 @@ CHUNK_PIXELS = 1 << 24  # output pixels painted at once (bounds the temporaries 
 _EPS = 1e-3  # of a level: float32 noise must not move a truncation across an integer
 _HOST = ("jpeg", "jpeg_ends", "jpeg_hw")  # read by the decoder from host memory
 _DECODE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+_JPEG_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 
 
 def _decode_stream(device: torch.device) -> torch.cuda.Stream:
     if device not in _DECODE_STREAMS:
         _DECODE_STREAMS[device] = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
     return _DECODE_STREAMS[device]
+
+
+def _jpeg_stream(device: torch.device) -> torch.cuda.Stream:
+    """The stream that is current while nvJPEG decodes (`PixelBatch._decode` says why)."""
+    if device not in _JPEG_STREAMS:
+        _JPEG_STREAMS[device] = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
+    return _JPEG_STREAMS[device]
 
 
 @dataclass
@@ -202,11 +210,34 @@ class PixelBatch:
         return decoded if not self.rows.numel() else torch.cat([self.rows, decoded])
 
     def _decode(self, device: torch.device) -> torch.Tensor:
-        """The JPEG sources decoded on ``device`` as rows, checked against their headers."""
-        from torchvision.io import ImageReadMode, decode_jpeg
+        """The JPEG sources decoded on ``device`` as rows, checked against their headers, ready
+        for the current stream to read.
 
+        On CUDA the decode runs with a stream of its own current, idle on the host's word.
+        torchvision's decoder (0.26) takes its outputs from the current stream's cached blocks
+        and has nvJPEG write them without waiting for that stream's queued work, so a block
+        freed there while queued kernels still read it is overwritten under them (pytorch/vision
+        PR 9606 shows it). On the paint stream those readers are the previous batch's index
+        tensors: wrong pixels, or a device-side assert such as the one a detect fit at batch 16
+        hit on 2026-12-02. This stream's blocks are read by nothing queued: its own work is
+        done, and the rows it hands out are marked as used by the caller's stream.
+        """
         ends = self.jpeg_ends.tolist()
         files = [self.jpeg[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        if device.type != "cuda":
+            return self._decode_files(files, device)
+        caller = torch.cuda.current_stream(device)
+        stream = _jpeg_stream(device)
+        stream.synchronize()  # the last decode's copies out of nvJPEG's blocks are done
+        with torch.cuda.stream(stream):
+            rows = self._decode_files(files, device)
+        caller.wait_stream(stream)
+        rows.record_stream(caller)
+        return rows
+
+    def _decode_files(self, files: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
         try:
             images = decode_jpeg(files, mode=ImageReadMode.RGB, device=device)
         except RuntimeError as exc:
