@@ -28,6 +28,7 @@ A pinned training batch is painted there too, on the same side stream (`paint_ah
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -47,6 +48,7 @@ _EPS = 1e-3  # of a level: float32 noise must not move a truncation across an in
 _HOST = ("jpeg", "jpeg_ends", "jpeg_hw")  # read by the decoder from host memory
 _DECODE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 _JPEG_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
+_JPEG_LOCK = threading.Lock()  # one decode at a time on the stream: its freed blocks stay idle
 
 
 def _decode_stream(device: torch.device) -> torch.cuda.Stream:
@@ -227,10 +229,11 @@ class PixelBatch:
         if device.type != "cuda":
             return self._decode_files(files, device)
         caller = torch.cuda.current_stream(device)
-        stream = _jpeg_stream(device)
-        stream.synchronize()  # the last decode's copies out of nvJPEG's blocks are done
-        with torch.cuda.stream(stream):
-            rows = self._decode_files(files, device)
+        with _JPEG_LOCK:
+            stream = _jpeg_stream(device)
+            stream.synchronize()  # the last decode's copies out of nvJPEG's blocks are done
+            with torch.cuda.stream(stream):
+                rows = self._decode_files(files, device)
         caller.wait_stream(stream)
         rows.record_stream(caller)
         return rows
