@@ -220,9 +220,9 @@ class PixelBatch:
         and has nvJPEG write them without waiting for that stream's queued work, so a block
         freed there while queued kernels still read it is overwritten under them (pytorch/vision
         PR 9606 shows it). On the paint stream those readers are the previous batch's index
-        tensors: wrong pixels, or a device-side assert such as the one a detect fit at batch 16
-        hit on 2026-12-02. This stream's blocks are read by nothing queued: its own work is
-        done, and the rows it hands out are marked as used by the caller's stream.
+        tensors: wrong pixels, or a device-side assert (the likely cause of the one a detect fit
+        at batch 16 hit on 2026-12-02). This stream's blocks are read by nothing queued: its own
+        work is done, and the rows it hands out are marked as used by the caller's stream.
         """
         ends = self.jpeg_ends.tolist()
         files = [self.jpeg[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
