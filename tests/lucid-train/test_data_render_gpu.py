@@ -15,7 +15,7 @@ from lucid_train.data.augment import AugmentConfig
 from lucid_train.data.augment.render_device import pack_plans
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import TrainDataset
-from lucid_train.data.image_io import read_jpeg
+from lucid_train.data.image_io import EncodedImage, read_jpeg
 from lucid_train.data.layout import read_split
 from lucid_train.data.records import Task
 
@@ -84,19 +84,27 @@ def test_a_device_rendered_fit_trains_on_cuda(small_synthetic: Callable[[Task], 
     assert trainer.global_step > 0
 
 
+def _random_jpegs(
+    folder: Path, shapes: list[tuple[int, int]], quality: int
+) -> dict[int, EncodedImage]:
+    """Noise images of ``shapes`` saved as JPEGs and read back as the loader reads them."""
+    files = {}
+    for i, (h, w) in enumerate(shapes):
+        pixels = np.random.default_rng(i).integers(0, 255, (h, w, 3), np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i}.jpg", quality=quality)
+        file = read_jpeg(folder / f"{i}.jpg")
+        assert file is not None
+        files[i] = file
+    return files
+
+
 def test_the_pinning_thread_decodes_jpegs_ahead_and_the_render_waits_for_them(
     tmp_path: Path,
 ) -> None:
     from lucid_train.data.augment import TrainAugment
     from lucid_train.data.targets import Targets
 
-    files = {}
-    for i in range(4):
-        pixels = np.random.default_rng(i).integers(0, 255, (120 + 8 * i, 160, 3), np.uint8)
-        Image.fromarray(pixels).save(tmp_path / f"{i}.jpg", quality=95)
-        file = read_jpeg(tmp_path / f"{i}.jpg")
-        assert file is not None
-        files[i] = file
+    files = _random_jpegs(tmp_path, [(120 + 8 * i, 160) for i in range(4)], quality=95)
     empty = Targets(boxes=np.zeros((0, 4), np.float32), labels=np.zeros(0, np.int64))
     aug = TrainAugment(HEAVY, 128, lambda i: (files[i], empty))
     plans, sources = [], {}
@@ -166,13 +174,7 @@ def test_device_decode_never_writes_memory_that_queued_work_still_reads(tmp_path
     from lucid_train.data.targets import Targets
 
     shapes = [(480, 640), (640, 427), (333, 500), (512, 512)]
-    files = {}
-    for i, (h, w) in enumerate(shapes):
-        pixels = np.random.default_rng(i).integers(0, 255, (h, w, 3), np.uint8)
-        Image.fromarray(pixels).save(tmp_path / f"{i}.jpg", quality=90)
-        file = read_jpeg(tmp_path / f"{i}.jpg")
-        assert file is not None
-        files[i] = file
+    files = _random_jpegs(tmp_path, shapes, quality=90)
     empty = Targets(boxes=np.zeros((0, 4), np.float32), labels=np.zeros(0, np.int64))
     aug = TrainAugment(AugmentConfig(mosaic=1.0), 256, lambda i: (files[i], empty))
     plan, _, sources = aug.plan(aug.sample(0, np.random.SeedSequence([0]), [0, 1, 2, 3]))

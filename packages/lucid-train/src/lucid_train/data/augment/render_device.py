@@ -28,6 +28,7 @@ A pinned training batch is painted there too, on the same side stream (`paint_ah
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -46,22 +47,19 @@ MAX_TILES = 4  # a mosaic plane; a letterboxed plane has one
 CHUNK_PIXELS = 1 << 24  # output pixels painted at once (bounds the temporaries to ~2 GB)
 _EPS = 1e-3  # of a level: float32 noise must not move a truncation across an integer
 _HOST = ("jpeg", "jpeg_ends", "jpeg_hw")  # read by the decoder from host memory
-_DECODE_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
-_JPEG_STREAMS: dict[torch.device, torch.cuda.Stream] = {}
 _JPEG_LOCK = threading.Lock()  # one decode at a time on the stream: its freed blocks stay idle
 
 
+@functools.cache
 def _decode_stream(device: torch.device) -> torch.cuda.Stream:
-    if device not in _DECODE_STREAMS:
-        _DECODE_STREAMS[device] = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
-    return _DECODE_STREAMS[device]
+    """The side stream the pinning thread decodes and paints ahead on."""
+    return torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
 
 
+@functools.cache
 def _jpeg_stream(device: torch.device) -> torch.cuda.Stream:
     """The stream that is current while nvJPEG decodes (`PixelBatch._decode` says why)."""
-    if device not in _JPEG_STREAMS:
-        _JPEG_STREAMS[device] = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
-    return _JPEG_STREAMS[device]
+    return torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
 
 
 @dataclass
