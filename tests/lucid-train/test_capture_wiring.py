@@ -77,22 +77,30 @@ def test_targets_pad_to_the_capacity_and_a_batch_that_does_not_fit_keeps_its_siz
     assert tight.prepare_targets(batch).mask.shape[1] == largest
 
 
-def test_a_batch_over_the_recorded_capacity_grows_it_and_a_given_capacity_stays(
+def test_the_first_batch_fits_the_recorded_capacity_and_a_busier_batch_grows_it(
     small_synthetic: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """With capture on and no `loss_capacity`, the first batch over the recorded capacity sets a
-    larger one (at least double, a multiple of 32 above its largest count), so that the next
-    batches replay; the recording is made again at the next call. A capacity the user gave
-    stays, and the batch over it runs eager at its own size."""
+    """With capture on and no `loss_capacity`, the first training batch sets the recorded
+    capacity (a multiple of 8 a quarter above its largest count), whatever the default guess;
+    later batches that fit keep it. The first batch over it sets a larger one (at least double,
+    a multiple of 8 a quarter above its largest count), so that the next batches replay; the
+    recording is made again at the next call. A capacity the user gave stays, and the batch
+    over it runs eager at its own size."""
     dm, module = _setup(small_synthetic("detect"), "detect", capture="on")
     batch = next(iter(dm.train_dataloader()))
     largest = int(torch.bincount(batch.batch_idx).max())
     recorder = module.loss_recorder
     recorder.enabled = True  # as a fit's CaptureCallback does
-    recorder.capacity = largest - 1  # the default guess, made too small for this batch
-    assert module.target_capacity == largest - 1
+    recorder.capacity = 500  # a guess far from this data
+    fitted = module.capacity_for(batch)
+    assert fitted == recorder.capacity == module.target_capacity
+    assert fitted is not None and fitted % 8 == 0
+    assert largest * 5 / 4 <= fitted < largest * 5 / 4 + 8
+    assert "the loss records with" in capsys.readouterr().out
+    assert module.capacity_for(batch) == fitted and recorder.stats.recordings == 0
+    recorder.capacity = largest - 1  # as if fitted on a sparser batch
     grown = module.capacity_for(batch)
-    assert grown is not None and grown >= max(2 * (largest - 1), largest) and grown % 32 == 0
+    assert grown is not None and grown >= max(2 * (largest - 1), largest * 5 / 4) and grown % 8 == 0
     assert recorder.capacity == grown == module.target_capacity
     assert module.prepare_targets(batch).mask.shape[1] == grown
     assert "recording the loss again at" in capsys.readouterr().out
@@ -103,6 +111,7 @@ def test_a_batch_over_the_recorded_capacity_grows_it_and_a_given_capacity_stays(
     given.loss_recorder.enabled = True
     assert given.capacity_for(batch) is None
     assert given.prepare_targets(batch).mask.shape[1] == largest
+    assert given.loss_recorder.capacity == largest - 1  # neither fitted nor grown
 
 
 @pytest.mark.filterwarnings("ignore::lucid_capture.CaptureWarning")
@@ -119,7 +128,7 @@ def test_a_capacity_grown_mid_fit_trains_as_each_batch_padded_to_its_own_size(
     common: dict[str, Any] = {"epochs": 2, "loss_capacity": None, "accelerator": "cpu"}
     plain = run_fit("detect", root, tmp_path / "off", capture="off", **common)
     grown = run_fit("detect", root, tmp_path / "on", capture="on", callbacks=[shrink], **common)
-    assert shrink.grown_to is not None and shrink.grown_to >= 32
+    assert shrink.grown_to is not None and shrink.grown_to >= 8
     assert not [k for k in differences(plain.state, grown.state) if not k.startswith("metric/time")]
 
 

@@ -82,7 +82,8 @@ __all__ = [
 ]
 
 OVERLAY_IMAGES = 4  # validation images drawn with their predictions under runs/
-CAPTURE_CAPACITY = 32  # padded targets per image when capture is on and no capacity is given
+CAPTURE_CAPACITY = 32  # the recorder's capacity until the first batch fits it to the data
+CAPACITY_STEP = 8  # a fitted or grown capacity is a multiple of this many rows
 MAX_GROWN_CAPACITY = 512  # the most `YOLOModule._grow_capacity` records the loss for
 CAPTURE_MODES = ("auto", "on", "off")
 CaptureMode = Literal["auto", "on", "off"]
@@ -138,8 +139,10 @@ class YOLOModule(L.LightningModule):
             ``on`` or ``off``.
         capture_network, capture_loss: each recorder on its own (with ``capture`` on).
         loss_capacity: targets per image the loss is padded to; batches with more run eager
-            (reason ``over capacity``). ``None``: 32 with capture on, else each batch's own
-            largest count. Set it on both arms of a comparison: padding changes the arithmetic.
+            (reason ``over capacity``). ``None``: with capture on, fitted to the first
+            training batch and grown by busier ones (`capacity_for`), else each batch's own
+            largest count. The loss's value does not depend on it (docs/capture.md, "Padding
+            capacity"); its cost grows with it.
         task: the task the checkpoint was written for; must match the class.
         weights: start from these weights (`lucid_train.weights.load_weights`: a lucid
             checkpoint or weights file, or the authors' ``yolo26*.pt``); the summary line is
@@ -227,6 +230,8 @@ class YOLOModule(L.LightningModule):
             name="loss",
             enabled=False,
         )
+        # with capture on and no `loss_capacity`, the first training batch sets the capacity
+        self._capacity_fitted = False
         self.weights_report: WeightsReport | None = None
         if weights is not None:
             self.weights_report = load_weights(self, weights)
@@ -319,32 +324,57 @@ class YOLOModule(L.LightningModule):
 
     def capacity_for(self, batch: Batch) -> int | None:
         """`target_capacity` when ``batch`` fits it, else None (the batch's own largest). With
-        capture on and no `loss_capacity` given, a batch over the recorded capacity grows it
-        first (`_grow_capacity`), so that the next batches replay instead of running eager."""
+        capture on and no `loss_capacity` given, the first batch fits the recorded capacity to
+        the data (`_fit_capacity`) and a later batch over it grows it (`_grow_capacity`), so
+        that the next batches replay instead of running eager."""
         capacity = self.target_capacity
         if capacity is None:
             return None
         report = batch_capacity_report(batch, capacity)
+        if self._adapts_capacity() and not self._capacity_fitted:
+            return self._fit_capacity(report.max_count)
         return capacity if report.fits else self._grow_capacity(report.max_count)
+
+    def _adapts_capacity(self) -> bool:
+        return self.hparams["loss_capacity"] is None and self.loss_recorder.enabled
+
+    def _fit_capacity(self, largest: int) -> int | None:
+        """The recorded loss capacity for a fit whose first batch holds ``largest`` targets in
+        one image: a multiple of `CAPACITY_STEP` a quarter above it (None: over
+        `MAX_GROWN_CAPACITY`, the batch runs eager at its own size).
+
+        The mask-aware assignment and the mask loss cost about in proportion to the padded rows
+        (docs/benchmarks/segment-cpu.md), so a fixed guess of 32 made a sparse set's recorded
+        segment loss pay for twice the rows its batches hold; a batch later over the fitted
+        capacity grows it (`_grow_capacity`). Nothing has been recorded yet, so this spends no
+        recording."""
+        recorder = self.loss_recorder
+        self._capacity_fitted = True
+        recorder.capacity = min(_capacity_above(largest), MAX_GROWN_CAPACITY)
+        _print_once(
+            f"lucid-capture [loss]: the first batch holds up to {largest} targets in an image: "
+            f"the loss records with {recorder.capacity} rows an image"
+        )
+        return recorder.capacity if largest <= recorder.capacity else None  # over the most
 
     def _grow_capacity(self, largest: int) -> int | None:
         """A larger recorded loss capacity for a batch holding ``largest`` targets in one image
         and those like it, or None (run eager).
 
-        The capacity is a guess made before the data is seen (32 rows an image): a mosaic of
-        four busy images holds more, and COCO's busiest hold over a hundred. Every batch over it
-        ran the loss eager for the whole fit. Now the first such batch sets the capacity to at
-        least twice the old one and a quarter above its own largest count (a multiple of 32),
-        is padded to it, and the loss records again on it; the old recording is freed. The sums
-        over the slots do not depend on the capacity (docs/capture.md, "Padding capacity"), so
-        the bits stay those of eager. Bounded by the recorder's `max_recordings` (one is kept
-        for a retirement) and `MAX_GROWN_CAPACITY`; a capacity given as `loss_capacity` stays."""
+        The first batch fits the capacity (`_fit_capacity`), but a mosaic of four busy images
+        can hold more than any image before it, and COCO's busiest hold over a hundred. The
+        first batch over the capacity sets it to at least twice the old one and to a multiple of
+        `CAPACITY_STEP` a quarter above its own largest count, is padded to it, and the loss
+        records again on it; the old recording is freed. The sums over the slots do not depend
+        on the capacity (docs/capture.md, "Padding capacity"), so the bits stay those of eager.
+        Bounded by the recorder's `max_recordings` (one is kept for a retirement) and
+        `MAX_GROWN_CAPACITY`; a capacity given as `loss_capacity` stays."""
         recorder = self.loss_recorder
-        if self.hparams["loss_capacity"] is not None or not recorder.enabled:
+        if not self._adapts_capacity():
             return None
         if recorder.stats.recordings >= recorder.max_recordings - 1:
             return None
-        grown = min(max(2 * recorder.capacity, -(-largest * 5 // 4 // 32) * 32), MAX_GROWN_CAPACITY)
+        grown = min(max(2 * recorder.capacity, _capacity_above(largest)), MAX_GROWN_CAPACITY)
         if grown < largest:
             return None
         _print_once(
@@ -654,6 +684,12 @@ def _writes_logs_now(trainer: L.Trainer) -> bool:
     Its logger connector knows; without one (another Lightning), every batch is logged."""
     connector = getattr(trainer, "_logger_connector", None)
     return bool(getattr(connector, "should_update_logs", True))
+
+
+def _capacity_above(largest: int) -> int:
+    """The multiple of `CAPACITY_STEP` at or above ``largest`` plus a quarter (at least one
+    step): headroom, so that the next busier batch does not record again at once."""
+    return max(1, -(-(largest * 5) // (4 * CAPACITY_STEP))) * CAPACITY_STEP
 
 
 @rank_zero_only
