@@ -213,6 +213,45 @@ def test_mask_aware_overlap_is_the_same_when_decoded_image_by_image(
     assert (whole > 0).any()
 
 
+@pytest.mark.parametrize(
+    ("device", "dtype", "width"),
+    [
+        pytest.param("cpu", torch.float32, 40, id="cpu-f32"),
+        pytest.param("cpu", torch.float16, 40, id="cpu-f16"),
+        pytest.param("cpu", torch.bfloat16, 300, id="cpu-bf16-wide"),  # rows past bf16's 256
+        pytest.param("cuda", torch.float16, 160, id="cuda-f16", marks=pytest.mark.gpu),
+        pytest.param("cuda", torch.bfloat16, 320, id="cuda-bf16-wide", marks=pytest.mark.gpu),
+    ],
+)
+def test_mask_counts_by_rows_equal_the_boolean_counts_to_the_last_bit(
+    device: str, dtype: torch.dtype, width: int
+) -> None:
+    """The GPU's mask-IoU counts (0/1 map, box by rows and columns) are the CPU's boolean counts
+    exactly, with logits at exactly 0 (not inside a mask), NaN, and boxes on fractional cells."""
+    g = torch.Generator().manual_seed(3)
+    b, M, k, h, w = 2, 3, 4, 24, width
+    logits = torch.randn(b, M * k, h, w, generator=g).to(dtype)
+    logits[torch.rand(logits.shape, generator=g) < 0.2] = 0.0
+    logits[0, 0, 0, :3] = float("nan")
+    corners = torch.rand(b, M * k, 2, generator=g) * torch.tensor([w, h]) * 0.8
+    sides = torch.rand(b, M * k, 2, generator=g) * torch.tensor([w, h]) * 0.6
+    box = torch.cat((corners, corners + sides), -1)
+    box[:, 1] = torch.tensor([0.0, 0.0, w, h])  # pair 1: a whole image of positive logits but
+    logits[:, 1] = 1.0  # its first column, so each row counts w - 1 (odd: bf16 would round it)
+    logits[:, 1, :, 0] = -1.0
+    in_x = (torch.arange(w) >= box[..., 0:1]) & (torch.arange(w) < box[..., 2:3])
+    in_y = (torch.arange(h) >= box[..., 1:2]) & (torch.arange(h) < box[..., 3:4])
+    gt = torch.rand(b, M, 1, h * w, generator=g) < 0.5
+    want = segment_module._mask_counts_by_cells(logits, in_y, in_x, gt)
+    args = [t.to(device) for t in (logits, in_y, in_x, gt)]
+    with torch.autocast(device, dtype=torch.float16, enabled=device == "cuda"):
+        got = segment_module._mask_counts_by_rows(*args)
+    for a, e in zip(got, want, strict=True):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.cpu(), e, atol=0, rtol=0)
+    assert (want[0] > 0).any() and (want[1] > want[0]).any()
+
+
 # --- semantic loss --------------------------------------------------------------------------
 
 
