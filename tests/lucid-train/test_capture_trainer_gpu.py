@@ -25,6 +25,7 @@ from lucid_capture import Reason
 from lucid_capture.recorder import Recorder
 from lucid_testing.trainer_fits import (
     MIXED,
+    CloseMosaicAt,
     Fit,
     KillAtEpoch,
     KilledError,
@@ -124,6 +125,24 @@ def test_a_loss_capacity_grown_mid_fit_records_again_and_keeps_eager_bits(
     recorder = replay.module.loss_recorder
     stats = recorder.stats
     assert stats.recordings == 2 and recorder.capacity >= 8, stats.summary()
+    assert stats.eager[Reason.OVER_CAPACITY] == 0 and stats.replays > 0, stats.summary()
+
+
+@pytest.mark.parametrize("task", ["detect", "segment"])
+def test_the_capacity_fitted_again_when_mosaic_closes_keeps_eager_bits(
+    task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """At the epoch where mosaic closes (here the third of three), the first batch fits the
+    loss capacity again: the recording is freed, the loss records at the new capacity, and the
+    fit ends where the eager one ends."""
+    root = small_synthetic(task)
+    common: dict[str, Any] = {"precision": "16-mixed", "epochs": 3, "loss_capacity": None}
+    close = [CloseMosaicAt(2)]
+    eager = run_fit(task, root, tmp_path / "eager", capture="off", callbacks=close, **common)
+    replay = run_fit(task, root, tmp_path / "replay", capture="on", callbacks=close, **common)
+    assert_same_fit(eager, replay)
+    stats = replay.module.loss_recorder.stats
+    assert stats.recordings == 2 and replay.module._capacity_fitted_in == 2, stats.summary()
     assert stats.eager[Reason.OVER_CAPACITY] == 0 and stats.replays > 0, stats.summary()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -112,6 +113,42 @@ def test_the_first_batch_fits_the_recorded_capacity_and_a_busier_batch_grows_it(
     assert given.capacity_for(batch) is None
     assert given.prepare_targets(batch).mask.shape[1] == largest
     assert given.loss_recorder.capacity == largest - 1  # neither fitted nor grown
+
+
+def test_the_first_batch_without_mosaic_fits_the_capacity_again(
+    small_synthetic: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A capacity fitted or grown on mosaic batches (four images' targets each) is fitted again
+    by the first batch of the epoch where mosaic closes, once; a capacity fitted in or after
+    that epoch, and a recorder without a recording to spare beside the one kept for a
+    retirement, keep theirs."""
+    dm, module = _setup(small_synthetic("detect"), "detect", capture="on")
+    batch = next(iter(dm.train_dataloader()))
+    recorder = module.loss_recorder
+    recorder.enabled = True
+    clock = SimpleNamespace(current_epoch=0, datamodule=SimpleNamespace(close_mosaic_from=2))
+    module.trainer = clock  # type: ignore[assignment]
+    fitted = module.capacity_for(batch)
+    assert fitted is not None and "the first batch holds" in capsys.readouterr().out
+    recorder.capacity = 200  # as if grown on busy mosaics
+    clock.current_epoch = 1
+    assert module.capacity_for(batch) == 200
+    clock.current_epoch = 2
+    assert module.capacity_for(batch) == fitted == recorder.capacity
+    assert "the first batch without mosaic holds" in capsys.readouterr().out
+    recorder.capacity = 200  # grown again after closing: stays
+    clock.current_epoch = 3
+    assert module.capacity_for(batch) == 200
+    _, spent = _setup(small_synthetic("detect"), "detect", capture="on")
+    spent.loss_recorder.enabled = True
+    spent.trainer = SimpleNamespace(  # type: ignore[assignment]
+        current_epoch=0, datamodule=SimpleNamespace(close_mosaic_from=1)
+    )
+    spent.capacity_for(batch)
+    spent.loss_recorder.capacity = 200
+    spent.loss_recorder.stats.recordings = spent.loss_recorder.max_recordings - 1
+    spent.trainer.current_epoch = 1
+    assert spent.capacity_for(batch) == 200
 
 
 @pytest.mark.filterwarnings("ignore::lucid_capture.CaptureWarning")

@@ -312,3 +312,14 @@ class ShrinkCapacity(L.Callback):
         recorder = pl_module.loss_recorder  # type: ignore[attr-defined]
         if recorder.enabled:
             self.grown_to = int(recorder.capacity)
+
+
+class CloseMosaicAt(L.Callback):
+    """The datamodule's ``close_mosaic_from`` set to ``epoch`` at the fit's start, so the module
+    fits its loss capacity again there (`YOLOModule._mosaic_closed_since_fit`)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        trainer.datamodule.close_mosaic_from = self.epoch  # type: ignore[attr-defined]

@@ -230,8 +230,9 @@ class YOLOModule(L.LightningModule):
             name="loss",
             enabled=False,
         )
-        # with capture on and no `loss_capacity`, the first training batch sets the capacity
-        self._capacity_fitted = False
+        # with capture on and no `loss_capacity`, the first training batch sets the capacity;
+        # the epoch it did so in (None: not yet), so that closing mosaic can set it again
+        self._capacity_fitted_in: int | None = None
         self.weights_report: WeightsReport | None = None
         if weights is not None:
             self.weights_report = load_weights(self, weights)
@@ -326,33 +327,58 @@ class YOLOModule(L.LightningModule):
         """`target_capacity` when ``batch`` fits it, else None (the batch's own largest). With
         capture on and no `loss_capacity` given, the first batch fits the recorded capacity to
         the data (`_fit_capacity`) and a later batch over it grows it (`_grow_capacity`), so
-        that the next batches replay instead of running eager."""
+        that the next batches replay instead of running eager; the first batch without mosaic
+        fits it again (`_mosaic_closed_since_fit`)."""
         capacity = self.target_capacity
         if capacity is None:
             return None
         report = batch_capacity_report(batch, capacity)
-        if self._adapts_capacity() and not self._capacity_fitted:
-            return self._fit_capacity(report.max_count)
+        if self._adapts_capacity() and self._mosaic_closed_since_fit():
+            self._release_loss_recording()
+            return self._fit_capacity(report.max_count, "the first batch without mosaic")
+        if self._adapts_capacity() and self._capacity_fitted_in is None:
+            return self._fit_capacity(report.max_count, "the first batch")
         return capacity if report.fits else self._grow_capacity(report.max_count)
 
     def _adapts_capacity(self) -> bool:
         return self.hparams["loss_capacity"] is None and self.loss_recorder.enabled
 
-    def _fit_capacity(self, largest: int) -> int | None:
-        """The recorded loss capacity for a fit whose first batch holds ``largest`` targets in
-        one image: a multiple of `CAPACITY_STEP` a quarter above it (None: over
+    def _mosaic_closed_since_fit(self) -> bool:
+        """Whether the capacity was fitted on mosaic batches and this epoch trains without
+        mosaic (the datamodule's ``close_mosaic_from``). A mosaic packs four images into one,
+        so a capacity fitted or grown on mosaics is about four times what the single images of
+        the closing epochs hold, and the recorded loss would pay for those rows to the end of
+        the fit. Fitting again spends one recording, and only while one is left for a
+        retirement."""
+        fitted_in = self._capacity_fitted_in
+        trainer = self._trainer  # None outside a fit
+        closes = getattr(getattr(trainer, "datamodule", None), "close_mosaic_from", None)
+        if fitted_in is None or closes is None or not fitted_in < closes <= self.current_epoch:
+            return False
+        recorder = self.loss_recorder
+        return recorder.stats.recordings < recorder.max_recordings - 1
+
+    def _release_loss_recording(self) -> None:
+        """Free the loss recording so that the next call records at the recorder's capacity."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            torch.cuda.synchronize()  # the last replay has finished with the graphs freed here
+        self.loss_recorder.release()
+
+    def _fit_capacity(self, largest: int, which: str) -> int | None:
+        """The recorded loss capacity for ``which`` batch, holding ``largest`` targets in one
+        image: a multiple of `CAPACITY_STEP` a quarter above it (None: over
         `MAX_GROWN_CAPACITY`, the batch runs eager at its own size).
 
         The mask-aware assignment and the mask loss cost about in proportion to the padded rows
         (docs/benchmarks/segment-cpu.md), so a fixed guess of 32 made a sparse set's recorded
         segment loss pay for twice the rows its batches hold; a batch later over the fitted
-        capacity grows it (`_grow_capacity`). Nothing has been recorded yet, so this spends no
-        recording."""
+        capacity grows it (`_grow_capacity`). The fit's first batch spends no recording (none
+        was made yet); fitting again when mosaic closes spends one."""
         recorder = self.loss_recorder
-        self._capacity_fitted = True
+        self._capacity_fitted_in = self.current_epoch
         recorder.capacity = min(_capacity_above(largest), MAX_GROWN_CAPACITY)
         _print_once(
-            f"lucid-capture [loss]: the first batch holds up to {largest} targets in an image: "
+            f"lucid-capture [loss]: {which} holds up to {largest} targets in an image: "
             f"the loss records with {recorder.capacity} rows an image"
         )
         return recorder.capacity if largest <= recorder.capacity else None  # over the most
@@ -381,9 +407,7 @@ class YOLOModule(L.LightningModule):
             f"lucid-capture [loss]: a batch holds {largest} targets in one image, over the "
             f"recorded capacity of {recorder.capacity}: recording the loss again at {grown}"
         )
-        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-            torch.cuda.synchronize()  # the last replay has finished with the graphs freed here
-        recorder.release()  # the next call records at the new capacity
+        self._release_loss_recording()  # the next call records at the new capacity
         recorder.capacity = grown
         return grown
 
