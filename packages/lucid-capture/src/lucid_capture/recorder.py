@@ -153,14 +153,17 @@ class Recorder:
         self._failed = False
 
     def release(self) -> None:
-        """Free the recording and its memory pool, keeping the counters."""
+        """Free the recording and its memory pool, keeping the counters. Waits for the device
+        first: a replay still queued reads the buffers freed here."""
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        if cuda:
+            torch.cuda.synchronize()
         if self._recording is not None:
             self._recording.release()
             self._recording = None
         self._pending = None
         self._stream = None
-        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-            torch.cuda.synchronize()
+        if cuda:
             torch.cuda.empty_cache()
 
     def summary(self) -> str:

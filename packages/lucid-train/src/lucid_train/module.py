@@ -333,15 +333,21 @@ class YOLOModule(L.LightningModule):
         if capacity is None:
             return None
         report = batch_capacity_report(batch, capacity)
-        if self._adapts_capacity() and self._mosaic_closed_since_fit():
-            self._release_loss_recording()
-            return self._fit_capacity(report.max_count, "the first batch without mosaic")
-        if self._adapts_capacity() and self._capacity_fitted_in is None:
-            return self._fit_capacity(report.max_count, "the first batch")
+        if self._adapts_capacity():
+            if self._mosaic_closed_since_fit():
+                self.loss_recorder.release()  # the next call records at the refitted capacity
+                return self._fit_capacity(report.max_count, "the first batch without mosaic")
+            if self._capacity_fitted_in is None:
+                return self._fit_capacity(report.max_count, "the first batch")
         return capacity if report.fits else self._grow_capacity(report.max_count)
 
     def _adapts_capacity(self) -> bool:
         return self.hparams["loss_capacity"] is None and self.loss_recorder.enabled
+
+    def _recording_to_spare(self) -> bool:
+        """Whether the loss may record again beside the recording kept for a retirement."""
+        recorder = self.loss_recorder
+        return recorder.stats.recordings < recorder.max_recordings - 1
 
     def _mosaic_closed_since_fit(self) -> bool:
         """Whether the capacity was fitted on mosaic batches and this epoch trains without
@@ -355,14 +361,7 @@ class YOLOModule(L.LightningModule):
         closes = getattr(getattr(trainer, "datamodule", None), "close_mosaic_from", None)
         if fitted_in is None or closes is None or not fitted_in < closes <= self.current_epoch:
             return False
-        recorder = self.loss_recorder
-        return recorder.stats.recordings < recorder.max_recordings - 1
-
-    def _release_loss_recording(self) -> None:
-        """Free the loss recording so that the next call records at the recorder's capacity."""
-        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-            torch.cuda.synchronize()  # the last replay has finished with the graphs freed here
-        self.loss_recorder.release()
+        return self._recording_to_spare()
 
     def _fit_capacity(self, largest: int, which: str) -> int | None:
         """The recorded loss capacity for ``which`` batch, holding ``largest`` targets in one
@@ -396,9 +395,7 @@ class YOLOModule(L.LightningModule):
         Bounded by the recorder's `max_recordings` (one is kept for a retirement) and
         `MAX_GROWN_CAPACITY`; a capacity given as `loss_capacity` stays."""
         recorder = self.loss_recorder
-        if not self._adapts_capacity():
-            return None
-        if recorder.stats.recordings >= recorder.max_recordings - 1:
+        if not self._adapts_capacity() or not self._recording_to_spare():
             return None
         grown = min(max(2 * recorder.capacity, _capacity_above(largest)), MAX_GROWN_CAPACITY)
         if grown < largest:
@@ -407,7 +404,7 @@ class YOLOModule(L.LightningModule):
             f"lucid-capture [loss]: a batch holds {largest} targets in one image, over the "
             f"recorded capacity of {recorder.capacity}: recording the loss again at {grown}"
         )
-        self._release_loss_recording()  # the next call records at the new capacity
+        recorder.release()  # the next call records at the new capacity
         recorder.capacity = grown
         return grown
 
