@@ -6,7 +6,7 @@ For ``--decode cpu`` and ``device``: the GPU time of `Batch.render` for one batc
 mean of 5) and its host time, a profiler table of one render (``OUT/prof-<decode>.txt``), and a
 loop of 20 batches as a training step receives them (``next`` on the real DataLoader with 14
 workers, ``.to("cuda")``, ``.render()``), with the time spent waiting on the workers. The set:
-512 generated 640x480 JPEGs (`lucid_train.data.benchmark_loader`), detect, default augmentation.
+512 generated 640x480 JPEGs (`benchmark_loader`), detect, default augmentation.
 Writes ``OUT/device-render.json``.
 """
 
@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 
 import torch
+from benchmark_loader import _write_set
 
 from lucid_train.data import LucidDataModule
 from lucid_train.data.augment import AugmentConfig
-from lucid_train.data.benchmark_loader import _write_set
 
 
 def main() -> None:

@@ -3,10 +3,11 @@
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/mask_decode.py --out OUT
 
 Trains the CPU micro-overfit of segment (`lucid_train.overfit`'s preset: 4 images, 128 px, 100
-epochs), then validates its weights twice: with `validation.masks_on_source` (the authors' order,
-assumptions D20: threshold on the canvas, resize the 0/1 mask, keep where it stays 1) and with the
-order lucid used before (logits resized to the source, thresholded there). Writes
-``OUT/mask_decode.json`` and prints both sets of metrics.
+epochs), then validates its weights twice: with `lucid_models.postprocessing.masks_on_source`,
+as `lucid_train.tasks.validation` calls it (the authors' order, assumptions D20: threshold on
+the canvas, resize the 0/1 mask, keep where it stays 1) and with the order lucid used before (logits
+resized to the source, thresholded there). Writes ``OUT/mask_decode.json`` and prints both sets of
+metrics.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lucid_models import assemble_masks
-from lucid_train import validation
+from lucid_train.tasks import validation
 
 
 def threshold_at_source(

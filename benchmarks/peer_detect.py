@@ -360,7 +360,7 @@ def cross_validate(
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(REPO / "tests" / "support"))
     from lucid_testing.authors_layout import authors_state_dict
-    from lucid_train.checkpoint import load_module
+    from lucid_train.tasks.restore import load_module
 
     module = load_module(checkpoint)
     state = args.work / "lucid-weights-authors-names.pt"
@@ -428,9 +428,10 @@ def validate_with_lucid(
     training from one in validation."""
     import lightning as L
 
-    from lucid_train.checkpoint import load_module
     from lucid_train.data import LucidDataModule
-    from lucid_train.module import module_class, schema_arguments
+    from lucid_train.tasks.module import schema_arguments
+    from lucid_train.tasks.restore import load_module
+    from lucid_train.tasks.task_modules import module_class
 
     task = data["task"]
     dm = LucidDataModule(

@@ -12,7 +12,7 @@ One run on the GPU machine, sides one after another (never side by side: this me
 2. Per task and batch: Ultralytics 8.4 (``amp=True``, ``deterministic=False``, ``plots=False``,
    ``val=False``, nominal batch 64), `lucid fit` with capture on and with capture off (16-mixed,
    accumulation ``auto`` = the same nominal batch, no validation), and the loader alone
-   (`lucid_train.data.benchmark_loader`). Train-only images/s of the steady epochs (2 to the
+   (`benchmark_loader`). Train-only images/s of the steady epochs (2 to the
    last, 0-based epoch 0 excluded): ours from ``time/train_images_per_s`` in metrics.csv, the
    peer's from per-epoch callbacks synchronised with the device.
 3. ``nvidia-smi`` samples utilisation every 250 ms during each side; the mean over the side's
@@ -300,14 +300,13 @@ def run_peer(
 def loader_alone(
     args: argparse.Namespace, task: str, batch: int, data: dict[str, Any], out: Path
 ) -> float | None:
-    """`lucid_train.data.benchmark_loader` on the same set, the default augmentation."""
+    """`benchmark_loader` on the same set, the default augmentation."""
     path = out / f"loader-{task}-b{batch}.json"
     per_epoch = max(data["train_images"] // batch, 1)  # the loader runs one epoch
     warmup = 2 if per_epoch > 4 else 0
     cmd = [
         sys.executable,
-        "-m",
-        "lucid_train.data.benchmark_loader",
+        str(Path(__file__).with_name("benchmark_loader.py")),
         "--out",
         str(path),
         "--task",

@@ -24,7 +24,7 @@ import torch
 from lucid_train.data import LucidDataModule
 from lucid_train.data.augment import AugmentConfig
 from lucid_train.losses import pad_targets
-from lucid_train.module import SegmentModule
+from lucid_train.tasks.task_modules import SegmentModule
 
 
 def main() -> None:

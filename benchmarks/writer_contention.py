@@ -89,7 +89,7 @@ def main() -> None:
     import tempfile
     from pathlib import Path
 
-    from lucid_train.checkpoint_io import AtomicCheckpointIO
+    from lucid_train.run.checkpoint_io import AtomicCheckpointIO
 
     folder = Path(tempfile.mkdtemp())
     writers = {mode: AtomicCheckpointIO(background=True, process=mode) for mode in (False, True)}

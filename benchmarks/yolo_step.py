@@ -24,7 +24,7 @@ import torch
 from step_timing import median_step_ms
 
 from lucid_train.losses import PaddedTargets
-from lucid_train.module import DetectModule
+from lucid_train.tasks.task_modules import DetectModule
 
 SIZE = 640
 CAPACITY = 32

@@ -6,7 +6,7 @@ One chain per device: an uninterrupted run of 3 epochs, and a run that gets SIGT
 1, is resumed, gets SIGKILL during epoch 2 and is resumed to the end. Each stopped run is held
 inside the read of its epoch's 21st sample (`lucid_testing.recorded_fit`'s hold) until the
 epoch start's last.ckpt is on the disk (it is written in the background while the epoch's first
-batches train, `lucid_train.last_checkpoint`), then signalled and let go: the stop lands in that
+batches train, `lucid_train.run.last_checkpoint`), then signalled and let go: the stop lands in that
 epoch's sixth batch on a fast GPU and on a loaded CI machine alike, and the last.ckpt it leaves
 must be the epoch start's. The GPU chain runs the same with capture on and 16-mixed (the GPU
 session).
@@ -31,7 +31,7 @@ import lucid_testing
 from lucid_testing.recorded_fit import held, release
 from lucid_testing.trainer_fits import flat_state, same
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
-from lucid_train.runs import LOG_INTERVAL
+from lucid_train.run.trainer import LOG_INTERVAL
 
 EPOCHS = 3
 BATCHES = 10  # per epoch: 40 images, batch 4

@@ -19,7 +19,8 @@ import torch
 
 from lucid_testing.authors_layout import authors_state_dict, write_authors_checkpoint
 from lucid_train.data import LucidDataModule, SyntheticSpec, synthetic_dataset
-from lucid_train.module import module_class, schema_arguments
+from lucid_train.tasks.module import schema_arguments
+from lucid_train.tasks.task_modules import module_class
 
 ROOT = Path(__file__).resolve().parents[2]
 

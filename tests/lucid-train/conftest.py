@@ -49,7 +49,7 @@ def write_image() -> Callable[..., Path]:
 
 
 def _float_prog_weight(mp: pytest.MonkeyPatch) -> None:
-    from lucid_train.module import YOLOModule
+    from lucid_train.tasks.module import YOLOModule
 
     def compute_loss(self: YOLOModule, output: Any, targets: Any, image_size: Any) -> Any:
         return self.loss_recorder(output, targets, float(self.o2m_weight), image_size)
@@ -64,7 +64,7 @@ def _float_prog_weight(mp: pytest.MonkeyPatch) -> None:
 
 def _targets_by_batch(mp: pytest.MonkeyPatch) -> None:
     from lucid_train.losses import pad_targets
-    from lucid_train.module import YOLOModule
+    from lucid_train.tasks.module import YOLOModule
 
     mp.setattr(
         YOLOModule,
@@ -74,7 +74,7 @@ def _targets_by_batch(mp: pytest.MonkeyPatch) -> None:
 
 
 def _unpadded_eager_route(mp: pytest.MonkeyPatch) -> None:
-    from lucid_train.module import YOLOModule
+    from lucid_train.tasks.module import YOLOModule
 
     capacity = property(
         lambda self: self.loss_recorder.capacity if self.loss_recorder.enabled else None

@@ -13,7 +13,7 @@ from lucid_train.assign import (
     box_ciou,
     pairwise_ciou,
 )
-from lucid_train.losses.targets import PaddedTargets
+from lucid_train.assign.targets import PaddedTargets
 
 NUM_CLASSES = 3
 

@@ -34,7 +34,7 @@ from lucid_testing.trainer_fits import (
     differences,
     run_fit,
 )
-from lucid_train.module import DetectModule, module_class
+from lucid_train.tasks.task_modules import DetectModule, module_class
 
 pytestmark = [pytest.mark.gpu, pytest.mark.heavy(2)]  # two fits a test
 
@@ -142,7 +142,7 @@ def test_the_capacity_fitted_again_when_mosaic_closes_keeps_eager_bits(
     replay = run_fit(task, root, tmp_path / "replay", capture="on", callbacks=close, **common)
     assert_same_fit(eager, replay)
     stats = replay.module.loss_recorder.stats
-    assert stats.recordings == 2 and replay.module._capacity_fitted_in == 2, stats.summary()
+    assert stats.recordings == 2 and replay.module.capacity.fitted_in == 2, stats.summary()
     assert stats.eager[Reason.OVER_CAPACITY] == 0 and stats.replays > 0, stats.summary()
 
 

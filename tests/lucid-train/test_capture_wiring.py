@@ -13,8 +13,9 @@ import torch
 
 from lucid_capture import Reason
 from lucid_train.data import LucidDataModule
-from lucid_train.module import YOLOModule, module_class
-from lucid_train.runs import build_trainer
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.module import YOLOModule
+from lucid_train.tasks.task_modules import module_class
 
 
 def _setup(root: Path, task: str, **options: object) -> tuple[LucidDataModule, YOLOModule]:

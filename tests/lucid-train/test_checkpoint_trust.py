@@ -14,11 +14,15 @@ import torch
 from PIL import Image
 
 from lucid_train.atomic_files import write_text
-from lucid_train.checkpoint import CheckpointError, load_checkpoint_file, read_checkpoint_info
-from lucid_train.checkpoint_io import AtomicCheckpointIO
 from lucid_train.cli import main
-from lucid_train.metrics_log import MetricsWriter, read_rows
-from lucid_train.plots import plot_curves
+from lucid_train.report.metrics_log import MetricsWriter, read_rows
+from lucid_train.report.training_curves import plot_curves
+from lucid_train.run.checkpoint_io import AtomicCheckpointIO
+from lucid_train.weights.checkpoint_file import (
+    CheckpointError,
+    load_checkpoint_file,
+    read_checkpoint_info,
+)
 
 
 class _Planted:
@@ -191,7 +195,9 @@ def test_metrics_csv_survives_a_failed_rewrite_and_a_partial_last_line(
     def full_after_the_header(self: Any, rows: Any) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("lucid_train.metrics_log.csv.DictWriter.writerows", full_after_the_header)
+    monkeypatch.setattr(
+        "lucid_train.report.metrics_log.csv.DictWriter.writerows", full_after_the_header
+    )
     with pytest.raises(OSError):
         writer.save()
     monkeypatch.undo()

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from lucid_train import checkpoint_io, checkpoint_process
-from lucid_train.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, host_snapshot
+from lucid_train.run import checkpoint_io, checkpoint_process
+from lucid_train.run.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError, host_snapshot
 
 
 def _slow_write(gate: threading.Event, seconds: float = 5.0) -> Any:
@@ -215,7 +215,7 @@ def test_a_held_write_starts_only_at_release_and_any_wait_releases_it(tmp_path: 
 def test_last_checkpoint_holds_the_epoch_start_write_until_its_third_batch(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from lucid_train.last_checkpoint import RELEASE_AFTER, LastCheckpoint
+    from lucid_train.run.last_checkpoint import RELEASE_AFTER, LastCheckpoint
 
     io = AtomicCheckpointIO(background=True)
     callback = LastCheckpoint(tmp_path)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from lucid_train.checkpoint_io import AtomicCheckpointIO
+from lucid_train.run.checkpoint_io import AtomicCheckpointIO
 
 pytestmark = pytest.mark.gpu
 

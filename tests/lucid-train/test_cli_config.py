@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 
-from lucid_train.checkpoint import read_checkpoint_info
 from lucid_train.cli import CONFIG_FILE, LucidCLI, RunConfig, main
 from lucid_train.data.records import Task
+from lucid_train.weights.checkpoint_file import read_checkpoint_info
 
 TINY = ["--data.img_size", "64", "--data.batch_size", "4", "--data.num_workers", "0"]
 
@@ -184,11 +184,11 @@ def test_fit_with_no_arguments_builds_the_main_job(
     run's callbacks and CSV log; on the CPU the loader workers keep their cores."""
     import lucid_train.data.datamodule as datamodule
     from lucid_train.data import AugmentConfig
-    from lucid_train.last_checkpoint import LastCheckpoint
-    from lucid_train.metrics_log import RunCSVLogger
-    from lucid_train.module import DetectModule
     from lucid_train.optim import EMACallback
-    from lucid_train.runs import EpochThroughput, IntervalProgressBar, RunArtifacts
+    from lucid_train.report.metrics_log import RunCSVLogger
+    from lucid_train.run.last_checkpoint import LastCheckpoint
+    from lucid_train.run.trainer import EpochThroughput, IntervalProgressBar, RunArtifacts
+    from lucid_train.tasks.task_modules import DetectModule
 
     asked: list[tuple[Any, ...]] = []
 
@@ -233,7 +233,7 @@ def test_callbacks_and_loggers_given_by_class_path_join_the_runs_own(
     from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
     from lightning.pytorch.loggers import CSVLogger
 
-    from lucid_train.metrics_log import RunCSVLogger
+    from lucid_train.report.metrics_log import RunCSVLogger
 
     argv = [
         "fit", "--data.root", str(small_synthetic("detect")), *TINY,

@@ -24,7 +24,7 @@ from lucid_testing.trainer_fits import differences, same
 from lucid_train.data.dataset import EpochSampler
 from lucid_train.data.records import Task
 from lucid_train.distributed import device_batch_size, device_count
-from lucid_train.nonfinite import FiniteLossGuard, NonFiniteLossError
+from lucid_train.tasks.nonfinite import FiniteLossGuard, NonFiniteLossError
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 # Counters of batches, not of optimizer steps: the reference runs W batches per step (T44).

@@ -167,7 +167,7 @@ def test_on_a_gpu_the_agreed_verdict_is_read_max_lag_batches_later_on_every_rank
     """The staged route of T88 in one process, the other rank played by the sum: the verdict
     lands at once, yet it is read exactly MAX_LAG batches after the step (the same batch on every
     rank), never earlier because it happened to land."""
-    from lucid_train.nonfinite import MAX_LAG, FiniteLossGuard, NonFiniteLossError
+    from lucid_train.tasks.nonfinite import MAX_LAG, FiniteLossGuard, NonFiniteLossError
 
     cuda = torch.device("cuda")
     guard = FiniteLossGuard()

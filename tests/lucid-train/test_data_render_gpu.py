@@ -71,7 +71,7 @@ def test_nvjpeg_decodes_like_the_cpu_decoder(tmp_path: Path) -> None:
 def test_a_device_rendered_fit_trains_on_cuda(small_synthetic: Callable[[Task], Path]) -> None:
     import lightning as L
 
-    from lucid_train.module import DetectModule
+    from lucid_train.tasks.task_modules import DetectModule
 
     dm = LucidDataModule("detect", small_synthetic("detect"), img_size=128, batch_size=4,
                          num_workers=2)  # fmt: skip

@@ -23,8 +23,10 @@ import torch
 from lucid_testing.authors_layout import authors_state_dict, write_authors_checkpoint
 from lucid_testing.module_checkpoints import write_module_checkpoint
 from lucid_train.cli import main
-from lucid_train.module import YOLOModule, module_class
-from lucid_train.weights import WeightsError, convert_weights, load_weights, loadable_keys
+from lucid_train.tasks.module import YOLOModule
+from lucid_train.tasks.restore import convert_weights
+from lucid_train.tasks.task_modules import module_class
+from lucid_train.weights import WeightsError, load_weights, loadable_keys
 from lucid_train.weights.authors_names import AUTHORS_ONLY, authors_key
 from lucid_train.weights.authors_pickle import read_authors_checkpoint
 

@@ -21,8 +21,8 @@ import lightning as L
 import torch
 
 from lucid_train.data import LucidDataModule
-from lucid_train.module import DetectModule
-from lucid_train.runs import LOG_INTERVAL, build_trainer
+from lucid_train.run.trainer import LOG_INTERVAL, build_trainer
+from lucid_train.tasks.task_modules import DetectModule
 
 READS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu")
 
@@ -120,7 +120,7 @@ def test_steady_batches_read_nothing_on_the_host_but_the_named_reads(
 
 
 def test_the_counter_catches_the_per_batch_read_the_guard_replaced() -> None:
-    from lucid_train.nonfinite import check_finite_loss
+    from lucid_train.tasks.nonfinite import check_finite_loss
 
     counter = _Counter()
     counter.active = True

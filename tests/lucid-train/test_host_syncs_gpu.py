@@ -27,8 +27,8 @@ import pytest
 import torch
 
 from lucid_train.data import LucidDataModule
-from lucid_train.module import DetectModule
-from lucid_train.runs import build_trainer
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.task_modules import DetectModule
 
 pytestmark = pytest.mark.gpu
 

@@ -20,7 +20,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from lucid_train.data import LucidDataModule
-from lucid_train.module import module_class
+from lucid_train.tasks.task_modules import module_class
 
 # Calls that copy host data to the device or read a device value back to the host.
 HOST_CALLS = {

@@ -1,4 +1,4 @@
-"""The training terms' log (`lucid_train.loss_log`) writes what Lightning's own per-batch
+"""The training terms' log (`lucid_train.tasks.loss_log`) writes what Lightning's own per-batch
 ``self.log(on_step=True, on_epoch=True)`` wrote: the same step rows, the same epoch means."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from lucid_train.data import LucidDataModule
-from lucid_train.loss_log import TrainingLossLog
-from lucid_train.module import module_class, schema_arguments
+from lucid_train.tasks.loss_log import TrainingLossLog
+from lucid_train.tasks.module import schema_arguments
+from lucid_train.tasks.task_modules import module_class
 
 
 def test_epoch_means_are_batch_size_weighted_and_the_items_handed_back_are_copies() -> None:

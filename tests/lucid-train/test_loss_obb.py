@@ -13,6 +13,7 @@ from lucid_models import make_anchors
 from lucid_models.decode import decode_rotated
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment
+from lucid_train.assign.targets import PaddedTargets
 from lucid_train.losses.detection import LossTerms
 from lucid_train.losses.obb import (
     OrientedLoss,
@@ -28,7 +29,6 @@ from lucid_train.losses.rotated_iou import (
     rotated_overlaps,
     to_training_angle_range,
 )
-from lucid_train.losses.targets import PaddedTargets
 
 SIZE = 64
 NUM_CLASSES = 2

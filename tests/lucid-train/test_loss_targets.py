@@ -15,7 +15,8 @@ from lucid_train.data.records import Task
 from lucid_train.data.transport import Batch
 from lucid_train.losses import PaddedTargets, capacity_fits, pad_targets
 from lucid_train.losses.segment import with_instance_masks
-from lucid_train.module import CAPTURE_CAPACITY, module_class
+from lucid_train.tasks.capacity import CAPTURE_CAPACITY
+from lucid_train.tasks.task_modules import module_class
 
 
 def _batch(counts: list[int], *, obb: bool = False, keypoints: int = 0) -> Batch:

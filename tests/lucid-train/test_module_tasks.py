@@ -12,14 +12,16 @@ import lightning as L
 import pytest
 import torch
 
-from lucid_train.checkpoint import CheckpointTaskError, load_module, read_checkpoint_info
 from lucid_train.data import LucidDataModule
 from lucid_train.data.transport import Batch
 from lucid_train.losses import o2m_weight
-from lucid_train.module import YOLOModule, module_class
-from lucid_train.run_report import REPORT_FILES
-from lucid_train.runs import build_trainer
-from lucid_train.validation import ValidationScorer
+from lucid_train.report.run_report import REPORT_FILES
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.module import YOLOModule
+from lucid_train.tasks.restore import load_module
+from lucid_train.tasks.task_modules import module_class
+from lucid_train.tasks.validation import ValidationScorer
+from lucid_train.weights.checkpoint_file import CheckpointTaskError, read_checkpoint_info
 
 TERMS = {
     "detect": ("box", "cls", "l1"),

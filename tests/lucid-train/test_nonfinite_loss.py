@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from lucid_train.data import LucidDataModule
-from lucid_train.module import DetectModule
-from lucid_train.nonfinite import (
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.nonfinite import (
     MAX_LAG,
     FiniteLossGuard,
     NonFiniteLossError,
     check_finite_loss,
 )
-from lucid_train.runs import build_trainer
+from lucid_train.tasks.task_modules import DetectModule
 
 
 def _saved_only_before(run: Path, bad_step: int) -> None:
@@ -192,7 +192,7 @@ def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_check
     """The staged (GPU) path on the CPU; ``fused`` builds the optimizer CUDA gets (fused AdamW:
     the verdict skips the step on the device) instead of gating the step on the host."""
     if fused:
-        monkeypatch.setattr("lucid_train.recipe._on_cuda", lambda model: True)
+        monkeypatch.setattr("lucid_train.tasks.recipe._on_cuda", lambda model: True)
     dm = _tiny_detect_data(small_synthetic)
     module = _PoisonAt("yolo26n", num_classes=dm.schema.num_classes, accumulate=1)
     module.finite_guard.lagged = True

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from lucid_train.data import LucidDataModule
-from lucid_train.module import DetectModule
 from lucid_train.optim import AccumulationPlan, EMACallback, resolve_accumulation
-from lucid_train.runs import build_trainer
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.task_modules import DetectModule
 
 
 def _authors_steps(nominal: int, nb: int, epochs: int, warmup_epochs: float) -> list[int]:

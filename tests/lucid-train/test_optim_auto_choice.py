@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lucid_train.recipe import OptimizerConfig, build_schedule, choose_optimizer
+from lucid_train.tasks.recipe import OptimizerConfig, build_schedule, choose_optimizer
 
 AUTO = OptimizerConfig()
 

@@ -96,7 +96,7 @@ def test_nominal_batch_arithmetic() -> None:
 
 @pytest.mark.parametrize("name", ["AdamW", "SGD"])
 def test_torch_optimizers_say_their_implementation_per_device(name: str) -> None:
-    from lucid_train.recipe import OptimizerChoice, OptimizerConfig, build_optimizer
+    from lucid_train.tasks.recipe import OptimizerChoice, OptimizerConfig, build_optimizer
 
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
     choice = OptimizerChoice(name, 0.01, 0.9)  # type: ignore[arg-type]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from lucid_train.cli.predict import iter_images, predict_images
 from lucid_train.data import LucidDataModule
-from lucid_train.module import module_class
-from lucid_train.predict import iter_images, predict_images
+from lucid_train.tasks.task_modules import module_class
 
 EXTRA = {"detect": None, "segment": "mask_rle", "pose": "keypoints", "obb": "rotated"}
 

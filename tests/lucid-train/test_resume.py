@@ -13,9 +13,9 @@ import torch
 
 from lucid_testing.trainer_fits import KillAtEpoch, KilledError, flat_state
 from lucid_train.data import LucidDataModule
-from lucid_train.module import DetectModule
 from lucid_train.optim import EMACallback
-from lucid_train.runs import build_trainer
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.task_modules import DetectModule
 
 EPOCHS = 3
 

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
-from lucid_train import plots, runs
+from lucid_train.report import training_curves as plots
+from lucid_train.run import trainer as runs
 
 
 def test_curves_are_drawn_after_validation_after_the_interval_and_at_the_end(

@@ -19,20 +19,20 @@ from lucid_train.data import LucidDataModule
 from lucid_train.data.records import ImageRecord
 from lucid_train.data.targets import Targets
 from lucid_train.evaluation.detection_curves import DetectionDiagnostics, box_iou_matrix
-from lucid_train.label_plots import LABEL_PANEL, label_statistics
-from lucid_train.metrics_log import read_rows
-from lucid_train.module import module_class
-from lucid_train.report_plots import (
+from lucid_train.report.label_stats import LABEL_PANEL, label_statistics
+from lucid_train.report.metrics_log import read_rows
+from lucid_train.report.run_report import REPORT_FILES
+from lucid_train.report.summary_page import SUMMARY_SIZE, summary_facts
+from lucid_train.report.val_mosaic import mosaic_size, truth_records
+from lucid_train.report.validation_curves import (
     CURVE_SIZE,
     confusion_size,
     per_true_class,
     write_confusion_matrices,
     write_curve_plots,
 )
-from lucid_train.run_report import REPORT_FILES
-from lucid_train.runs import build_trainer
-from lucid_train.summary_page import SUMMARY_SIZE, summary_facts
-from lucid_train.val_mosaic import mosaic_size, truth_records
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.task_modules import module_class
 
 
 def _box(x: float, y: float, w: float = 10, h: float = 10) -> list[float]:
@@ -246,8 +246,8 @@ def test_without_a_tensorboard_writer_the_run_keeps_its_csv_and_says_so(
     the fit logs to metrics.csv alone, with one line saying why, instead of failing."""
     import importlib.util
 
-    from lucid_train.metrics_log import RunCSVLogger
-    from lucid_train.runs import build_loggers
+    from lucid_train.report.metrics_log import RunCSVLogger
+    from lucid_train.run.trainer import build_loggers
 
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -15,10 +15,10 @@ import pytest
 
 from lucid_testing.module_checkpoints import write_module_checkpoint
 from lucid_train.cli import main
+from lucid_train.cli.results_files import write_results
 from lucid_train.data import LucidDataModule
 from lucid_train.evaluation.coco_eval import BOX_STAT_NAMES, KPT_STAT_NAMES
-from lucid_train.results_files import write_results
-from lucid_train.validation import DECODE_PATHS, IOU_TYPES, ValidationScorer
+from lucid_train.tasks.validation import DECODE_PATHS, IOU_TYPES, ValidationScorer
 
 
 def _datamodule(root: Path, task: str) -> LucidDataModule:

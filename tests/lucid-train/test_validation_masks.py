@@ -2,7 +2,7 @@
 
 `facts/ultralytics_mask_decode.json` (written by the script beside it, with Ultralytics 8.4.190)
 holds the source pixels their segment validator keeps for fixed prototypes, coefficients and
-boxes; `validation.masks_to_source` must keep exactly those.
+boxes; `lucid_models.postprocessing.masks_to_source` must keep exactly those.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from lucid_models import assemble_masks
-from lucid_train.validation import masks_to_source
+from lucid_models.postprocessing import masks_to_source
 
 FACTS = json.loads((Path(__file__).parent / "facts" / "ultralytics_mask_decode.json").read_text())
 

@@ -28,8 +28,8 @@ from lightning.pytorch.strategies import DDPStrategy
 from lucid_testing.trainer_fits import Probe, end_state
 from lucid_train.data import LucidDataModule
 from lucid_train.distributed import DataParallelStrategy
-from lucid_train.module import module_class
-from lucid_train.runs import build_trainer
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.task_modules import module_class
 
 IMG_SIZE = 64
 CAPACITY = 16

@@ -1,5 +1,5 @@
 """A lucid checkpoint without a fit: a fresh module's weights and hyper-parameters, as
-`lucid_train.checkpoint.load_module` reads them (for commands that only read a checkpoint)."""
+`lucid_train.tasks.restore.load_module` reads them (for commands that only read a checkpoint)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def write_module_checkpoint(path: Path, model: str = "yolo26n", **hparams: Any) 
     """Build the module of ``model`` (3 classes unless ``num_classes`` is given), save it as a
     checkpoint at ``path`` and return the module."""
     from lucid_train.model_spec import parse_model
-    from lucid_train.module import module_class
+    from lucid_train.tasks.task_modules import module_class
 
     spec = parse_model(model)
     hparams.setdefault("num_classes", 3)

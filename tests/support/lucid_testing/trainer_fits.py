@@ -22,9 +22,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lucid_train.data import LucidDataModule
 from lucid_train.data.transport import Batch, Sample, collate
-from lucid_train.module import YOLOModule, module_class
 from lucid_train.optim import EMACallback
-from lucid_train.runs import build_trainer
+from lucid_train.run.trainer import build_trainer
+from lucid_train.tasks.module import YOLOModule
+from lucid_train.tasks.task_modules import module_class
 
 IMG_SIZE = 64
 CAPACITY = 16
@@ -297,7 +298,7 @@ def differences(eager: Mapping[str, Any], replay: Mapping[str, Any]) -> list[str
 
 class ShrinkCapacity(L.Callback):
     """At ``epoch``, a recorded loss capacity of ``rows`` (capture on): the next batch with more
-    targets in an image is over it and grows it (`YOLOModule._grow_capacity`)."""
+    targets in an image is over it and grows it (`LossCapacity.grow`)."""
 
     def __init__(self, epoch: int, rows: int) -> None:
         self.epoch, self.rows = epoch, rows
@@ -316,7 +317,7 @@ class ShrinkCapacity(L.Callback):
 
 class CloseMosaicAt(L.Callback):
     """The datamodule's ``close_mosaic_from`` set to ``epoch`` at the fit's start, so the module
-    fits its loss capacity again there (`YOLOModule._mosaic_closed_since_fit`)."""
+    fits its loss capacity again there (`LossCapacity.mosaic_closed`)."""
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from lucid_train.data.records import Task
 
 if TYPE_CHECKING:
-    from lucid_train.module import CaptureMode
-    from lucid_train.recipe import OptimizerName
+    from lucid_train.tasks.module import CaptureMode
+    from lucid_train.tasks.recipe import OptimizerName
 
 __all__ = ["PRESETS", "OverfitSpec", "main", "run_overfit"]
 
@@ -113,8 +113,9 @@ def fit_overfit(spec: OverfitSpec, workdir: Path) -> tuple[Any, Any, Any, float]
     import lightning as L
 
     from lucid_train.data import AugmentConfig, LucidDataModule, SyntheticSpec
-    from lucid_train.module import module_class, schema_arguments
-    from lucid_train.runs import build_trainer
+    from lucid_train.run.trainer import build_trainer
+    from lucid_train.tasks.module import schema_arguments
+    from lucid_train.tasks.task_modules import module_class
 
     L.seed_everything(spec.seed, workers=True)
     still = AugmentConfig(

@@ -41,7 +41,7 @@ from lucid_train.assign.candidates import candidates_in_boxes
 from lucid_train.assign.overlaps import pairwise_ciou
 
 if TYPE_CHECKING:
-    from lucid_train.losses.targets import PaddedTargets
+    from lucid_train.assign.targets import PaddedTargets
 
 __all__ = ["Assignment", "CandidateFn", "OverlapFn", "TaskAlignedAssigner"]
 

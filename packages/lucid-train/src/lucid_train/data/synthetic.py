@@ -24,7 +24,6 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -32,8 +31,10 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image, ImageDraw
 
+from lucid_train.data.hard_scenes import HARD_CATEGORIES, hard_scene
 from lucid_train.data.polygons import polygon_area
 from lucid_train.data.records import Task
+from lucid_train.data.shapes import FIGURE_KEYPOINTS, FIGURE_SKELETON, bar_ring, place, stick_figure
 
 VERSION = 1  # the drawing: changing it changes every image (and seeds the generator)
 # The files written around the drawing; revision 2 numbers annotation ids uniquely (revision 1
@@ -45,8 +46,6 @@ SHAPE_COLOURS = ((220, 40, 40), (40, 190, 60), (50, 80, 230))
 BAR_CLASSES = ("needle", "plank", "tile")
 BAR_COLOURS = ((230, 60, 200), (235, 200, 40), (40, 200, 220))
 BAR_ASPECTS = ((4.0, 6.0), (2.2, 3.2), (1.3, 1.7))
-FIGURE_KEYPOINTS = ("head", "neck", "left_hand", "right_hand", "hip", "left_foot", "right_foot")
-FIGURE_SKELETON = ((0, 1), (1, 2), (1, 3), (1, 4), (4, 5), (4, 6))
 
 
 @dataclass(frozen=True)
@@ -87,28 +86,6 @@ def _background(rng: np.random.Generator, w: int, h: int) -> Image.Image:
 def _jitter(rng: np.random.Generator, colour: tuple[int, int, int]) -> tuple[int, int, int]:
     c = np.clip(np.asarray(colour) * rng.uniform(0.8, 1.1) + rng.uniform(-15, 15, 3), 0, 255)
     return (int(c[0]), int(c[1]), int(c[2]))
-
-
-def place(
-    rng: np.random.Generator,
-    w: int,
-    h: int,
-    r: float,
-    taken: list[tuple[float, float, float]],
-    *,
-    margin: float = 2.0,
-    spacing: float = 0.9,
-    tries: int = 30,
-) -> tuple[float, float] | None:
-    """A centre keeping a disc of radius ``r`` ``margin`` px inside the image and farther than
-    ``spacing`` x the summed radii from every centre in ``taken`` (below 1 lets neighbours
-    overlap); appended to ``taken``. None when ``tries`` draws find none."""
-    for _ in range(tries):
-        cx, cy = rng.uniform(r + margin, w - r - margin), rng.uniform(r + margin, h - r - margin)
-        if all(math.hypot(cx - x, cy - y) > spacing * (r + q) for x, y, q in taken):
-            taken.append((cx, cy, r))
-            return cx, cy
-    return None
 
 
 def _draw(draw: ImageDraw.ImageDraw, ring: np.ndarray, colour: tuple[int, int, int]) -> None:
@@ -188,62 +165,6 @@ def _figures_image(
     return img, anns
 
 
-def stick_figure(
-    rng: np.random.Generator,
-    draw: ImageDraw.ImageDraw,
-    size: tuple[int, int],
-    centre: tuple[float, float],
-    height: float,
-    colour: tuple[int, int, int],
-    *,
-    lean: float,
-    arms: tuple[float, float],
-    legs: tuple[float, float],
-    width: int | Callable[[], int],
-    head: float,
-) -> dict[str, Any]:
-    """Draw one stick figure of ``height`` at ``centre`` and return its annotation (box,
-    keypoints, visibility). ``lean`` is the largest lean as a fraction of the height, ``arms`` /
-    ``legs`` the limb angle ranges in degrees, ``width`` the stroke (a callable is asked after
-    the limbs are drawn from ``rng``), ``head`` the head radius as a fraction of the height."""
-    w, h = size
-    cx, cy = centre
-    tilt = rng.uniform(-lean, lean) * height
-    neck = np.array([cx + tilt / 2, cy - 0.25 * height])
-    hip = np.array([cx - tilt / 2, cy + 0.1 * height])
-    top = neck + np.array([tilt * 0.3, -0.15 * height])
-    arm, leg = 0.3 * height, 0.4 * height
-
-    def limb(origin: np.ndarray, length: float, lo: float, hi: float, side: int) -> np.ndarray:
-        a = math.radians(rng.uniform(lo, hi))
-        return origin + length * np.array([side * math.cos(a), math.sin(a)])
-
-    # The figure faces the viewer: its left hand and foot are on the image's right (+x).
-    kpts = np.stack([top, neck, limb(neck, arm, *arms, +1), limb(neck, arm, *arms, -1),
-                     hip, limb(hip, leg, *legs, +1), limb(hip, leg, *legs, -1)])  # fmt: skip
-    stroke = width() if callable(width) else width
-    for a, b in FIGURE_SKELETON:
-        draw.line([tuple(kpts[a]), tuple(kpts[b])], fill=colour, width=stroke)
-    hr = head * height
-    draw.ellipse([top[0] - hr, top[1] - hr, top[0] + hr, top[1] + hr], fill=colour)
-    lo = np.clip(np.minimum(kpts.min(0) - stroke / 2, top - hr), 0, [w, h])
-    hi = np.clip(np.maximum(kpts.max(0) + stroke / 2, top + hr), 0, [w, h])
-    inside = (kpts[:, 0] >= 0) & (kpts[:, 0] <= w) & (kpts[:, 1] >= 0) & (kpts[:, 1] <= h)
-    return {"category_id": 1, "box": np.concatenate([lo, hi]), "keypoints": kpts,
-            "vis": np.where(inside, 2, 0)}  # fmt: skip
-
-
-def bar_ring(
-    centre: tuple[float, float], long_side: float, short: float, theta: float
-) -> np.ndarray:
-    """The 4 corners ``(4, 2)`` of a ``long_side`` x ``short`` bar at ``centre``, turned by
-    ``theta`` radians from +x towards +y."""
-    u = np.array([math.cos(theta), math.sin(theta)]) * long_side / 2
-    v = np.array([-math.sin(theta), math.cos(theta)]) * short / 2
-    c = np.array(centre)
-    return np.stack([c - u - v, c + u - v, c + u + v, c - u + v])
-
-
 _GENERATORS = {
     "detect": _shapes_image,
     "segment": _shapes_image,
@@ -264,8 +185,6 @@ def _categories(task: Task, difficulty: str = "easy") -> list[dict[str, Any]]:
             }
         ]
     if difficulty == "hard":
-        from lucid_train.data.hard_scenes import HARD_CATEGORIES
-
         return [{"id": i, "name": n, "supercategory": "shape"} for i, n in HARD_CATEGORIES[task]]
     names = BAR_CLASSES if task == "obb" else SHAPE_CLASSES
     return [{"id": i + 1, "name": n, "supercategory": "shape"} for i, n in enumerate(names)]
@@ -300,7 +219,6 @@ def _annotation(ann: dict[str, Any], ann_id: int, image_id: int) -> dict[str, An
 def _write(task: Task, root: Path, seed: int, spec: SyntheticSpec) -> None:
     gen = _GENERATORS[task]
     if spec.difficulty == "hard":
-        from lucid_train.data.hard_scenes import hard_scene
 
         def gen(rng: np.random.Generator, w: int, h: int) -> Any:
             return hard_scene(task, rng, w, h)

@@ -1,9 +1,9 @@
 """Per-class precision, recall and F1 over confidence, PR curves, and the confusion matrix.
 
-These are the diagnostics a run's report draws (`lucid_train.report_plots`), not the metrics of
-record (pycocotools and the DOTA protocol give those). `DetectionDiagnostics` takes one image at
-a time — detections and ground truth in the same pixels, axis-aligned ``(x1, y1, x2, y2)`` boxes
-or rotated ``(cx, cy, w, h, theta)`` ones — computes their IoU once and feeds two tallies:
+These are the diagnostics a run's report draws (`lucid_train.report.validation_curves`), not the
+metrics of record (pycocotools and the DOTA protocol give those). `DetectionDiagnostics` takes one
+image at a time — detections and ground truth in the same pixels, axis-aligned ``(x1, y1, x2, y2)``
+boxes or rotated ``(cx, cy, w, h, theta)`` ones — computes their IoU once and feeds two tallies:
 
 - **Curves at IoU 0.5.** Per class, detections are matched greedily by descending score, each to
   the not yet matched ground truth of its class with the highest IoU >= 0.5 (COCO's rule); one

@@ -11,6 +11,12 @@
 Task terms live beside these: ``losses.segment``, ``losses.obb``, ``losses.pose`` (+ ``flow``).
 """
 
+from lucid_train.assign.targets import (
+    PaddedTargets,
+    batch_capacity_report,
+    capacity_fits,
+    pad_targets,
+)
 from lucid_train.losses.boxes import (
     boxes_to_distances,
     ciou_loss,
@@ -19,12 +25,6 @@ from lucid_train.losses.boxes import (
 )
 from lucid_train.losses.detection import BranchResult, DetectionLoss, LossTerms, normaliser
 from lucid_train.losses.progloss import DualLoss, o2m_weight
-from lucid_train.losses.targets import (
-    PaddedTargets,
-    batch_capacity_report,
-    capacity_fits,
-    pad_targets,
-)
 
 __all__ = [
     "BranchResult",

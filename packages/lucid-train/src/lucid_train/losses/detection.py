@@ -26,13 +26,13 @@ from torch import Tensor
 
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, anchors_in_pixels
+from lucid_train.assign.targets import PaddedTargets
 from lucid_train.losses.boxes import (
     boxes_to_distances,
     ciou_loss,
     distance_l1_loss,
     distances_to_boxes,
 )
-from lucid_train.losses.targets import PaddedTargets
 
 __all__ = ["BranchResult", "DetectionLoss", "LossTerms", "normaliser"]
 

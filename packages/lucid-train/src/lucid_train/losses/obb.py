@@ -34,6 +34,7 @@ from torch import Tensor
 from lucid_models.decode import decode_rotated
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, candidates_in_rotated_boxes
+from lucid_train.assign.targets import PaddedTargets
 from lucid_train.losses.boxes import distance_l1_loss
 from lucid_train.losses.detection import (
     BranchResult,
@@ -49,7 +50,6 @@ from lucid_train.losses.rotated_iou import (
     rotated_overlaps,
     to_training_angle_range,
 )
-from lucid_train.losses.targets import PaddedTargets
 
 __all__ = [
     "OrientedLoss",

@@ -45,11 +45,11 @@ from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, anchors_in_pixels
 from lucid_train.assign.candidates import candidates_in_boxes
 from lucid_train.assign.overlaps import pairwise_ciou
+from lucid_train.assign.targets import PaddedTargets
 from lucid_train.evaluation.coco_eval import keypoint_sigmas
 from lucid_train.losses.detection import BranchResult, DetectionLoss, ImageSize, LossTerms
 from lucid_train.losses.flow import RealNVP
 from lucid_train.losses.positives import positional_sum, positive_slots, slot_capacity
-from lucid_train.losses.targets import PaddedTargets
 
 __all__ = [
     "COCO_RLE_WEIGHTS",

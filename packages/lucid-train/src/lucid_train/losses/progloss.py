@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 
 from lucid_models.outputs import ModelOutput
+from lucid_train.assign.targets import PaddedTargets
 from lucid_train.losses.detection import BranchResult, DetectionLoss, ImageSize, LossTerms
-from lucid_train.losses.targets import PaddedTargets
 
 __all__ = ["DualLoss", "o2m_weight"]
 

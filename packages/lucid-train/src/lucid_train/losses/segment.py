@@ -37,6 +37,7 @@ from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, anchors_in_pixels
 from lucid_train.assign.candidates import candidates_in_boxes
 from lucid_train.assign.overlaps import pairwise_ciou
+from lucid_train.assign.targets import PaddedTargets
 from lucid_train.losses.detection import (
     BranchResult,
     DetectionLoss,
@@ -45,7 +46,6 @@ from lucid_train.losses.detection import (
 )
 from lucid_train.losses.fills import filled
 from lucid_train.losses.positives import positional_sum, positive_slots, slot_capacity
-from lucid_train.losses.targets import PaddedTargets
 
 __all__ = [
     "SegmentLoss",

@@ -1,5 +1,8 @@
 """``python -m lucid_train.weights SRC.pt DST.pt``: convert an authors' checkpoint once.
 
+An entry point: it reaches up to `lucid_train.tasks.restore`, which builds the module the
+conversion checks the tensors against (nothing imports a ``__main__``).
+
 The result is read with ``torch.load(weights_only=True)`` and names our modules; pass it (or the
 original) to ``lucid fit --model.weights``.
 """
@@ -9,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from lucid_train.checkpoint import CheckpointError
-from lucid_train.weights.loading import convert_weights
+from lucid_train.tasks.restore import convert_weights
+from lucid_train.weights.checkpoint_file import CheckpointError
 
 
 def main(argv: list[str] | None = None) -> int:

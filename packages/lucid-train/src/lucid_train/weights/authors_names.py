@@ -3,8 +3,8 @@
 Inside a block both builds use the same names (``cv1``, ``m.0``, ``bn``...), so the mapping is a
 table of prefixes: each of our blocks and head branches is one of the authors' layers
 ``model.<i>`` or head attributes ``model.23.<name>``. Keys are a task module's state dict
-(`lucid_train.module.YOLOModule`): the network under ``model.`` and, for pose, the RealNVP flow
-under ``flow.`` (the authors keep it in the head, ``model.23.flow_model``; assumptions.md T57).
+(`lucid_train.tasks.module.YOLOModule`): the network under ``model.`` and, for pose, the RealNVP
+flow under ``flow.`` (the authors keep it in the head, ``model.23.flow_model``; assumptions.md T57).
 The authors' flow also holds its standard-normal prior (``loc``, ``cov``), which ours has as
 constants: those two are the only keys without a counterpart (`AUTHORS_ONLY`).
 

@@ -1,13 +1,13 @@
 """Starting a run from weights: a lucid checkpoint, a converted weights file, or the authors'
 released ``yolo26{n,s,m,l,x}[-seg|-pose|-obb].pt``.
 
-`load_weights` fills a freshly built task module (`lucid_train.module.YOLOModule`) from a file
+`load_weights` fills a freshly built task module (`lucid_train.tasks.module.YOLOModule`) from a file
 and returns a `WeightsReport`, whose `WeightsReport.summary` is the one line a fit prints. The
 rules (assumptions.md T80, T81):
 
 * Nothing from the file runs: lucid files are read with ``torch.load(weights_only=True)``
-  (`lucid_train.checkpoint.load_checkpoint_file`), the authors' with the inert unpickler
-  (`lucid_train.weights.authors_pickle`); their names are mapped by
+  (`lucid_train.weights.checkpoint_file.load_checkpoint_file`), the authors' with the inert
+  unpickler (`lucid_train.weights.authors_pickle`); their names are mapped by
   `lucid_train.weights.authors_names`.
 * The task must be the run's; a known scale must be the run's too.
 * Every tensor of the network (and of the pose flow) must be in the file with our shape; the
@@ -18,8 +18,8 @@ rules (assumptions.md T80, T81):
 * From a lucid checkpoint the EMA weights are taken when it has them (what it was validated
   with, assumptions.md T47); training state (optimizer, ProgLoss weight, epoch) is not.
 
-`convert_weights` is the one-time conversion of an authors' file into a lucid weights file
-(``torch.load(weights_only=True)`` reads it; no stand-in unpickling at every start).
+The one-time conversion of an authors' file into a lucid weights file builds a module, so it
+lives above the modules (`lucid_train.tasks.restore.convert_weights`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lucid_train.checkpoint import CheckpointError, load_checkpoint_file
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.weights.authors_names import authors_key, lucid_key
 from lucid_train.weights.authors_pickle import (
@@ -39,12 +38,12 @@ from lucid_train.weights.authors_pickle import (
     is_authors_checkpoint,
     read_authors_checkpoint,
 )
+from lucid_train.weights.checkpoint_file import CheckpointError, load_checkpoint_file
 
 __all__ = [
     "LUCID_WEIGHTS_KEY",
     "WeightsError",
     "WeightsReport",
-    "convert_weights",
     "load_weights",
     "loadable_keys",
 ]
@@ -253,47 +252,3 @@ def load_weights(module: Any, path: str | Path) -> WeightsReport:
         ignored=src.ignored,
         values=sum(target[k].numel() for k in loaded),
     )
-
-
-def convert_weights(src: str | Path, dst: str | Path) -> WeightsReport:
-    """Write the authors' ``src`` as a lucid weights file ``dst`` (the module's tensors in our
-    names, in the file's dtype, plus its model, classes and keypoints); returns the report of
-    reading it.
-
-    Raises:
-        WeightsError: ``src`` is not an authors' checkpoint lucid can map.
-    """
-    from lucid_train.atomic_files import atomic_path
-    from lucid_train.module import module_class
-
-    s = Path(src)
-    if not s.is_file():
-        raise FileNotFoundError(f"weights {s}: no such file")
-    if not is_authors_checkpoint(s):
-        raise WeightsError(f"weights {s}: not an Ultralytics checkpoint (nothing to convert)")
-    ck = read_authors_checkpoint(s)
-    if ck.model_name is None or ck.num_classes is None:
-        raise WeightsError(f"weights {s}: its model names no scale/task or class count")
-    spec = parse_model(ck.model_name)
-    kpt = ck.kpt_shape[0] if ck.kpt_shape else None
-    module = module_class(spec.task)(
-        spec.name,
-        num_classes=ck.num_classes,
-        class_names=ck.class_names or (),
-        num_keypoints=kpt if spec.task == "pose" else None,
-    )
-    report = load_weights(module, s)
-    dtypes = {lucid_key(k, frozenset(report.loaded)): v.dtype for k, v in ck.state_dict.items()}
-    state = {k: v.detach().to(dtypes.get(k) or v.dtype) for k, v in loadable_keys(module).items()}
-    meta = {
-        "format": 1,
-        "model": spec.name,
-        "task": spec.task,
-        "num_classes": ck.num_classes,
-        "class_names": list(module.hparams["class_names"]),
-        "num_keypoints": kpt,
-        "source": f"{s.name} (Ultralytics {ck.version})",
-    }
-    with atomic_path(dst) as tmp:
-        torch.save({LUCID_WEIGHTS_KEY: meta, "state_dict": state}, tmp)
-    return report

@@ -68,7 +68,7 @@ class RunReport(Callback):
         dm = getattr(trainer, "datamodule", None)
         if dm is None or not hasattr(dm, "split_index"):
             return
-        from lucid_train.label_plots import label_statistics, write_label_plots
+        from lucid_train.report.label_stats import label_statistics, write_label_plots
 
         index = dm.split_index("train")
         stats = label_statistics(index.records)
@@ -90,7 +90,7 @@ class RunReport(Callback):
             return
         if not isinstance(batch, Batch):
             return
-        from lucid_train.val_mosaic import truth_records
+        from lucid_train.report.val_mosaic import truth_records
 
         if len(self._truths) < MOSAIC_IMAGES:
             self._truths.extend(truth_records(batch, MOSAIC_IMAGES - len(self._truths)))
@@ -115,8 +115,8 @@ class RunReport(Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.diagnostics is None or not self._active(trainer):
             return
-        from lucid_train.report_plots import write_confusion_matrices, write_curve_plots
-        from lucid_train.val_mosaic import draw_val_mosaic
+        from lucid_train.report.val_mosaic import draw_val_mosaic
+        from lucid_train.report.validation_curves import write_confusion_matrices, write_curve_plots
 
         names = list(pl_module.hparams.get("class_names", ()))
         self.curves = self.diagnostics.curves()
@@ -137,7 +137,7 @@ class RunReport(Callback):
     def _summary(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from lightning.pytorch.loggers import CSVLogger
 
-        from lucid_train.summary_page import write_summary
+        from lucid_train.report.summary_page import write_summary
 
         csv_path = self.run_dir / "metrics.csv"
         for logger in trainer.loggers:

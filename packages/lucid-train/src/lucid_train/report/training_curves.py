@@ -14,7 +14,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 from lucid_train.atomic_files import save_image
-from lucid_train.metrics_log import read_rows
+from lucid_train.report.metrics_log import read_rows
 
 __all__ = ["plot_curves", "read_epoch_series", "write_run_plots"]
 

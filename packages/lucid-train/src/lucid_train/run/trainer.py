@@ -9,7 +9,7 @@ Layout of ``runs/<task>/<name>/``::
     overlays/val_<i>.jpg                           # e2e predictions on a few validation images
     labels.png, PR_curve.png, F1_curve.png, P_curve.png, R_curve.png,
     confusion_matrix.png, confusion_matrix_normalized.png,
-    val_mosaic.jpg, results_summary.png            # `lucid_train.run_report.RunReport`
+    val_mosaic.jpg, results_summary.png            # `lucid_train.report.run_report.RunReport`
     tensorboard/                                   # TensorBoard events of the same metrics
 
 `build_trainer` wires the callbacks: checkpoints, `RunArtifacts`, `RunReport`, the EMA swap,
@@ -37,10 +37,10 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint, ProgressBar, 
 from lightning.pytorch.loggers import CSVLogger, Logger
 
 from lucid_train.atomic_files import save_image
-from lucid_train.checkpoint_io import AtomicCheckpointIO
 from lucid_train.data.records import Task
-from lucid_train.last_checkpoint import LastCheckpoint
-from lucid_train.metrics_log import RunCSVLogger
+from lucid_train.report.metrics_log import RunCSVLogger
+from lucid_train.run.checkpoint_io import AtomicCheckpointIO
+from lucid_train.run.last_checkpoint import LastCheckpoint
 
 __all__ = [
     "LOG_INTERVAL",
@@ -89,8 +89,9 @@ class RunArtifacts(Callback):
     on the training thread, with the GPU idle; on a small set's one-second epochs, every epoch
     is 2 % of the GPU's time for pictures nobody looks at between validations.
 
-    The module exposes ``overlay_samples`` (records of `lucid_train.overlays.detections_to_numpy`)
-    and ``hparams["class_names"]`` / ``hparams["skeleton"]``.
+    The module exposes ``overlay_samples`` (records of
+    `lucid_train.report.overlays.detections_to_numpy`) and ``hparams["class_names"]`` /
+    ``hparams["skeleton"]``.
     """
 
     def __init__(self, run_dir: Path) -> None:
@@ -101,7 +102,7 @@ class RunArtifacts(Callback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or not trainer.is_global_zero:
             return
-        from lucid_train.overlays import draw_overlay
+        from lucid_train.report.overlays import draw_overlay
 
         out = self.run_dir / "overlays"
         out.mkdir(parents=True, exist_ok=True)
@@ -124,7 +125,7 @@ class RunArtifacts(Callback):
             self._validated, self._drawn_at = False, time.monotonic()
         if not trainer.is_global_zero:
             return
-        from lucid_train.plots import write_run_plots
+        from lucid_train.report.training_curves import write_run_plots
 
         for logger in trainer.loggers:
             if isinstance(logger, CSVLogger):
@@ -272,7 +273,7 @@ def build_trainer(
         cbs.append(RunArtifacts(run_dir))
         cbs.append(EpochThroughput())
         # -- run report (PR/F1 curves, confusion matrices, labels, mosaic, summary) ----------
-        from lucid_train.run_report import RunReport
+        from lucid_train.report.run_report import RunReport
 
         cbs.append(RunReport(run_dir))
     cbs.extend(callbacks)

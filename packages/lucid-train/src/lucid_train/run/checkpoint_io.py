@@ -2,7 +2,7 @@
 running code.
 
 `AtomicCheckpointIO` is the `lightning.pytorch.plugins.io.CheckpointIO` of every lucid Trainer
-(`lucid_train.runs.build_trainer`). Lightning's own writer stages the file in the system's
+(`lucid_train.run.trainer.build_trainer`). Lightning's own writer stages the file in the system's
 temporary folder and moves it over, which is a copy (not atomic) when that folder is another
 filesystem, and never flushes it to the disk; this one writes beside the target through
 `lucid_train.atomic_files.atomic_path`, so ``last.ckpt`` is always a whole checkpoint.
@@ -17,16 +17,17 @@ memory, both queued on the device's current stream behind the training work alre
 copy holds the values of the call, whatever runs after it), with an event after them (a host's
 tensors are packed the same way, the pack being the copy). The writer thread waits for that event (a
 host wait: it queues no device work, and recordings capture in ``thread_local`` mode) and hands the
-packs to the writer process (`lucid_train.checkpoint_process`), which rebuilds each tensor with its
-strides, pickles, writes and flushes: pickled on a thread, the checkpoint held the interpreter lock
-for about as long as the pickling took, and the training thread stalled that long. Writes stay in
-call order (one in flight; the next save, a removal or a read waits for it); a fork waits for a
+packs to the writer process (`lucid_train.run.checkpoint_process`), which rebuilds each tensor with
+its strides, pickles, writes and flushes: pickled on a thread, the checkpoint held the interpreter
+lock for about as long as the pickling took, and the training thread stalled that long. Writes stay
+in call order (one in flight; the next save, a removal or a read waits for it); a fork waits for a
 write in flight (the loader's workers are forked); a failed write is raised on the training thread
 at the next `wait` (`LastCheckpoint` waits at the epoch's end, `teardown` at the fit's end), naming
 the file.
 
-Reading (resume with ``ckpt_path``) goes through `lucid_train.checkpoint.load_checkpoint_file`:
-``weights_only=True`` whatever the caller asks, and one-line errors naming the file.
+Reading (resume with ``ckpt_path``) goes through
+`lucid_train.weights.checkpoint_file.load_checkpoint_file`: ``weights_only=True`` whatever the
+caller asks, and one-line errors naming the file.
 """
 
 from __future__ import annotations
@@ -44,14 +45,14 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lucid_train.atomic_files import atomic_path
-from lucid_train.checkpoint import load_checkpoint_file
-from lucid_train.checkpoint_process import (
+from lucid_train.run.checkpoint_process import (
     Slot,
     WriterProcess,
     WriterUnavailableError,
     map_leaves,
     rebuild,
 )
+from lucid_train.weights.checkpoint_file import load_checkpoint_file
 
 __all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "host_snapshot"]
 
@@ -237,7 +238,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Args:
         background: write on a writer thread after a host snapshot; False writes on the caller's
             thread before returning.
-        process: in the background, pickle in the writer process (`lucid_train.checkpoint_process`)
+        process: in the background, pickle in the writer process
+        (`lucid_train.run.checkpoint_process`)
             rather than on the writer thread; a process that cannot start is said once, and
             the thread writes instead.
     """

@@ -17,12 +17,12 @@ import pycocotools.mask as mask_utils
 import torch
 
 from lucid_models import topk_decode
+from lucid_models.postprocessing import masks_to_source
 from lucid_train.atomic_files import save_image, write_text
 from lucid_train.data.augment.letterbox import LetterboxParams
 from lucid_train.data.augment.warp import warp_image
 from lucid_train.data.image_io import IMAGE_SUFFIXES, open_rgb
-from lucid_train.overlays import draw_overlay
-from lucid_train.validation import masks_to_source
+from lucid_train.report.overlays import draw_overlay
 
 __all__ = ["iter_images", "predict_images"]
 
@@ -60,7 +60,7 @@ def predict_images(
     """Predict every image of ``source`` with ``module`` (a `YOLOModule`).
 
     Args:
-        module: the trained module (e.g. from `lucid_train.checkpoint.load_module`).
+        module: the trained module (e.g. from `lucid_train.tasks.restore.load_module`).
         source: an image or a folder.
         out_dir: where ``predictions.json`` and the overlays go (created).
         img_size: canvas side; None uses the module's training size.

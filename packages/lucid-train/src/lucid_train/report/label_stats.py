@@ -18,9 +18,9 @@ import numpy.typing as npt
 from PIL import Image
 
 from lucid_train.atomic_files import save_image
-from lucid_train.charts import bar_chart, density_map
 from lucid_train.data.records import ImageRecord
-from lucid_train.report_plots import CLASS_COLOURS
+from lucid_train.report.charts import bar_chart, density_map
+from lucid_train.report.validation_curves import CLASS_COLOURS
 
 __all__ = ["LABEL_PANEL", "LabelStatistics", "label_statistics", "write_label_plots"]
 

@@ -1,6 +1,6 @@
 """The validation figures of a run: PR, F1, precision and recall curves, confusion matrices.
 
-Drawn from `lucid_train.evaluation.detection_curves` with `lucid_train.charts` and written
+Drawn from `lucid_train.evaluation.detection_curves` with `lucid_train.report.charts` and written
 atomically as PNG into the run folder (assumptions.md T75, T76)::
 
     PR_curve.png  F1_curve.png  P_curve.png  R_curve.png
@@ -19,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 
 from lucid_train.atomic_files import save_image
-from lucid_train.charts import Series, heat_map, line_chart
 from lucid_train.evaluation.detection_curves import CurveSet, DetectionDiagnostics
+from lucid_train.report.charts import Series, heat_map, line_chart
 
 __all__ = [
     "CLASS_COLOURS",

@@ -2,9 +2,9 @@
 
 Every flag is an argument of a class or a method, read from its signature by jsonargparse:
 ``--trainer.*`` of `lightning.Trainer` (callbacks and loggers by class path), ``--model.*`` of
-`lucid_train.module.YOLOModule`, ``--data.*`` of `lucid_train.data.LucidDataModule`, the verb's
-own (``--ckpt_path`` of ``Trainer.fit``; ``--source`` ... of `LucidCLI.predict`). ``--config``
-reads a YAML, ``--print_config`` writes one::
+`lucid_train.tasks.module.YOLOModule`, ``--data.*`` of `lucid_train.data.LucidDataModule`, the
+verb's own (``--ckpt_path`` of ``Trainer.fit``; ``--source`` ... of `LucidCLI.predict`).
+``--config`` reads a YAML, ``--print_config`` writes one::
 
     lucid fit                                   # yolo26n detect on the built-in synthetic set
     lucid fit --model yolo26s-seg --data.root path/to/coco-folder
@@ -21,7 +21,7 @@ What lucid adds to LightningCLI (assumptions.md T60, T70-T74):
   `SCHEMA_ARGUMENTS`, so a fit builds its module and data module itself (`instantiate_classes`).
 - ``--trainer.precision auto`` (16-mixed on CUDA) and ``--trainer.accumulate_grad_batches auto``
   (the module's accumulation to the nominal batch; the Trainer's own stays 1).
-- A fit writes ``runs/<task>/<name>/`` (`lucid_train.runs`) with the run's own callbacks and
+- A fit writes ``runs/<task>/<name>/`` (`lucid_train.run.trainer`) with the run's own callbacks and
   loggers; the ones given by class path are added to them. The config that produced the run is
   ``config.yaml`` there; ``--ckpt_path`` resumes with it, and a flag that contradicts it is
   refused in one line.
@@ -32,40 +32,39 @@ Defaults make the main job (``lucid fit``) finish on a 2-core CPU within ten min
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import typing
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
-from jsonargparse import Namespace, get_loader
+from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from lucid_train.atomic_files import write_text
-from lucid_train.checkpoint import (
-    CheckpointError,
-    CheckpointInfo,
-    load_module,
-    read_checkpoint_info,
+from lucid_train.cli.export import export_checkpoint
+from lucid_train.cli.flags import (
+    DEFAULT_IMG_SIZE,
+    TRAINER_VERBS,
+    VERBS,
+    add_core_arguments,
+    add_verb_arguments,
+    is_model_name,
+    takes_bool,
+    task_of,
 )
+from lucid_train.cli.resume import CONFIG_FILE, Resume, ResumeConflictError, resume_argv
 from lucid_train.data import DataFormatError, LayoutError, LucidDataModule
 from lucid_train.distributed import fit_strategy, shared_run_dir
 from lucid_train.model_spec import parse_model
-from lucid_train.module import SCHEMA_ARGUMENTS, YOLOModule, module_class, schema_arguments
-from lucid_train.nonfinite import NonFiniteLossError
-from lucid_train.runs import (
-    GRADIENT_CLIP,
-    LOG_INTERVAL,
-    build_loggers,
-    build_trainer,
-    new_run_dir,
-    run_dir_of_checkpoint,
-)
+from lucid_train.run.trainer import build_loggers, build_trainer, new_run_dir
+from lucid_train.tasks.module import YOLOModule, schema_arguments
+from lucid_train.tasks.nonfinite import NonFiniteLossError
+from lucid_train.tasks.restore import load_module
+from lucid_train.tasks.task_modules import module_class
+from lucid_train.weights.checkpoint_file import CheckpointError
 
 __all__ = [
     "CONFIG_FILE",
@@ -75,44 +74,6 @@ __all__ = [
     "main",
     "resolve_precision",
 ]
-
-CONFIG_FILE = "config.yaml"  # in the run folder: the config a fit was started with
-VERBS: dict[str, str] = {
-    "fit": "Train a model; writes runs/<task>/<name>/.",
-    "validate": "Score a checkpoint on the validation split (both decode paths).",
-    "test": "Score a checkpoint on the test split (both decode paths).",
-    "predict": "Predict images with a checkpoint; writes JSON and overlays.",
-    "export": "Write the ONNX of a checkpoint's deploy view (end-to-end top-k).",
-}
-TRAINER_VERBS = ("fit", "validate", "test")
-Precision = Literal["auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
-# The main job's defaults (assumptions.md T61): small canvas and a short run sized for a 2-core CPU.
-DEFAULT_IMG_SIZE = 320
-DEFAULT_EPOCHS = 6
-# Trainer arguments whose lucid default differs from Lightning's (shown by --print_config).
-TRAINER_DEFAULTS: dict[str, Any] = {
-    "gradient_clip_val": GRADIENT_CLIP,  # the authors' max norm
-    "use_distributed_sampler": False,  # the data module's EpochSampler shards itself
-    "num_sanity_val_steps": 0,
-    "log_every_n_steps": LOG_INTERVAL,
-    "deterministic": False,  # as the command had it (Lightning's None leaves torch's setting)
-    "devices": 1,  # as the authors' (device 0 unless told): data parallel only when asked (T85)
-}
-# Trainer arguments typed ``int | float``: a count of batches or a fraction. Re-declared, because
-# typing's cache can hand Lightning's ``Optional[Union[int, float]]`` over as float-first, and then
-# ``--trainer.limit_train_batches 1`` would read as 1.0, every batch.
-BATCH_LIMITS = (
-    "limit_train_batches",
-    "limit_val_batches",
-    "limit_test_batches",
-    "limit_predict_batches",
-)
-# Keys of a run's config that may differ when it is resumed.
-RESUME_FREE = ("ckpt_path", "config", "print_config")
-
-
-class ResumeConflictError(ValueError):
-    """A flag given with ``--ckpt_path`` contradicts the config of the run it resumes."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,14 +98,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return cli.exit_code
 
 
-@dataclass(frozen=True)
-class Resume:
-    """A fit resumed from a checkpoint: the checkpoint and the run folder it belongs to."""
-
-    checkpoint: CheckpointInfo
-    run_dir: Path
-
-
 class LucidCLI(LightningCLI):
     """The ``lucid`` command (module docstring).
 
@@ -167,7 +120,7 @@ class LucidCLI(LightningCLI):
             seed_everything_default=0,
             parser_kwargs={"prog": "lucid", "description": __doc__.split("\n\n")[0]},
             args=list(args),
-            auto_configure_optimizers=False,  # the module's recipe (lucid_train.recipe)
+            auto_configure_optimizers=False,  # the module's recipe (lucid_train.tasks.recipe)
             load_from_checkpoint_support=False,  # checkpoints keep plain hyper-parameters
         )
 
@@ -206,98 +159,10 @@ class LucidCLI(LightningCLI):
             verbs.add_subcommand(verb, sub, help=VERBS[verb])
 
     def add_core_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        if self._verb not in TRAINER_VERBS:
-            return
-        parser.add_class_arguments(
-            L.Trainer,
-            "trainer",
-            fail_untyped=False,
-            instantiate=False,
-            sub_configs=True,
-            skip={"precision", "accumulate_grad_batches", *BATCH_LIMITS},
-        )
-        for name in BATCH_LIMITS:
-            parser.add_argument(
-                f"--trainer.{name}",
-                type=int | float | None,
-                default=None,
-                help=f"{name.split('_')[1]} batches per epoch: a count (int) or a fraction "
-                "(float); default all",
-            )
-        parser.add_argument(
-            "--trainer.precision",
-            type=Precision,
-            default="auto",
-            help="auto: 16-mixed on CUDA (the authors' AMP), 32-true elsewhere",
-        )
-        defaults = dict(TRAINER_DEFAULTS)
-        data_skip: set[str] = set()  # fit: the task and scale follow --model (links)
-        if self._verb == "fit":
-            defaults["max_epochs"] = DEFAULT_EPOCHS
-            parser.add_argument(
-                "--trainer.accumulate_grad_batches",
-                type=int | Literal["auto"],
-                default="auto",
-                help="batches summed per optimizer step: auto = round(64 / batch), ramped from "
-                "1 during warm-up as the authors' trainer does, or a fixed count (the module "
-                "accumulates; the Trainer's own count stays 1)",
-            )
-            parser.add_class_arguments(
-                YOLOModule,
-                "model",
-                fail_untyped=False,
-                instantiate=False,
-                sub_configs=True,
-                skip={"task", *SCHEMA_ARGUMENTS},
-            )
-        else:  # the module, its task and its canvas come from --ckpt
-            data_skip |= {"task", "variant", "scale_policy", "img_size", "augment"}
-        parser.add_class_arguments(
-            LucidDataModule,
-            "data",
-            fail_untyped=False,
-            instantiate=False,
-            sub_configs=True,
-            skip=data_skip,
-        )
-        if self._verb == "fit":
-            parser.set_defaults({"data.img_size": DEFAULT_IMG_SIZE})
-        else:
-            parser.add_argument(
-                "--data.img_size", type=int | None, default=None, help="default: the checkpoint's"
-            )
-        parser.set_defaults({f"trainer.{k}": v for k, v in defaults.items()})
+        add_core_arguments(parser, self._verb)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        if self._verb == "fit":
-            parser.add_argument("--run.root", type=str, default="runs", help="runs/<task>/<name>")
-            parser.add_argument(
-                "--run.name", type=str, default="train", help="taken: <name>2, <name>3, ..."
-            )
-            parser.link_arguments("model.model", "data.task", compute_fn=_task_of_model)
-            parser.link_arguments("model.model", "data.variant", compute_fn=_scale_of_model)
-            parser.link_arguments("data.img_size", "model.img_size")
-            parser.link_arguments(
-                "trainer.accumulate_grad_batches", "model.accumulate", compute_fn=_accumulation
-            )
-        elif self._verb in TRAINER_VERBS:
-            parser.add_argument("--ckpt", type=str, required=True, help="a lucid checkpoint")
-            parser.add_argument(
-                "--model", type=str | None, default=None, help="the model it must be (checked)"
-            )
-            parser.add_argument(
-                "--save_json",
-                type=bool,
-                default=False,
-                help="write each decode path's detections (COCO results JSON; DOTA task-1 text "
-                "for obb) and the per-class AP table (printed and per_class_ap.csv)",
-            )
-            parser.add_argument(
-                "--save_dir",
-                type=str | None,
-                default=None,
-                help="where --save_json writes (default runs/<task>/<verb>, numbered if taken)",
-            )
+        add_verb_arguments(parser, self._verb)
 
     # -- parsing -----------------------------------------------------------------------------
 
@@ -308,7 +173,8 @@ class LucidCLI(LightningCLI):
         plain = [a for a in argv if a not in printing]
         config = parser.parse_args(plain)
         if config.subcommand == "fit" and config.fit.get("ckpt_path"):
-            config = parser.parse_args([*self._resume_argv(parser, plain, config), *printing])
+            self.resume, resumed = resume_argv(parser, plain, config)
+            config = parser.parse_args([*resumed, *printing])
         elif printing:
             parser.parse_args(argv)  # prints and exits
         self.config = config
@@ -331,46 +197,16 @@ class LucidCLI(LightningCLI):
             token, value = rest[i], rest[i + 1] if i + 1 < len(rest) else None
             if verb == "fit" and token.startswith("--model="):
                 name = token.partition("=")[2]
-                out += ["--model.model", name] if _is_model_name(name) else [token]
-            elif verb == "fit" and token == "--model" and value and _is_model_name(value):
+                out += ["--model.model", name] if is_model_name(name) else [token]
+            elif verb == "fit" and token == "--model" and value and is_model_name(value):
                 out += ["--model.model", value]
                 i += 1
-            elif (value is None or value.startswith("--")) and _takes_bool(sub, token):
+            elif (value is None or value.startswith("--")) and takes_bool(sub, token):
                 out.append(f"{token}=true")
             else:
                 out.append(token)
             i += 1
         return out
-
-    def _resume_argv(
-        self, parser: LightningArgumentParser, argv: list[str], given: Namespace
-    ) -> list[str]:
-        """The command line of a resumed fit: its run's ``config.yaml`` (a run written before
-        there was one: the checkpoint's hyper-parameters) and the given flags, after refusing a
-        given flag that contradicts it."""
-        info = read_checkpoint_info(given.fit.ckpt_path)
-        run_dir = run_dir_of_checkpoint(info.path)
-        self.resume = Resume(info, run_dir)
-        verb_at = argv.index("fit")
-        flags = argv[verb_at + 1 :]
-        saved_file = run_dir / CONFIG_FILE
-        if saved_file.is_file():
-            source = saved_file
-            saved = dict(parser.parse_args(["fit", "--config", str(saved_file)]).fit.items())
-            resumed = ["fit", "--config", str(saved_file), *flags]
-        else:
-            source = info.path
-            saved = _checkpoint_settings(info, given.fit)
-            resumed = [*argv, "--config", json.dumps(_nested(saved))]
-        found = _conflicts(_given_keys(flags), given.fit, saved)
-        if found:
-            shown = ", ".join(f"--{k} {_show(a)} contradicts {k}: {_show(b)}" for k, a, b in found)
-            raise ResumeConflictError(
-                f"resuming {run_dir}: {shown} in {source}, the config the run was started with; "
-                "drop the flag to resume the run as it was started, or start a new run (without "
-                "--ckpt_path)"
-            )
-        return resumed
 
     # -- building ----------------------------------------------------------------------------
 
@@ -399,7 +235,7 @@ class LucidCLI(LightningCLI):
                 root, name = cfg.run.root, cfg.run.name
                 self.run_dir = shared_run_dir(lambda: new_run_dir(root, task, name))
         elif verb in TRAINER_VERBS:
-            self.model = load_module(cfg.ckpt, task=_task_of(cfg.model), model=cfg.model)
+            self.model = load_module(cfg.ckpt, task=task_of(cfg.model), model=cfg.model)
             data = _kwargs(cfg.data)
             data["img_size"] = data["img_size"] or int(
                 self.model.hparams.get("img_size", DEFAULT_IMG_SIZE)
@@ -409,7 +245,7 @@ class LucidCLI(LightningCLI):
             self.trainer = self.instantiate_trainer()
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
-        """The Trainer of `lucid_train.runs.build_trainer` with the given Trainer arguments:
+        """The Trainer of `lucid_train.run.trainer.build_trainer` with the given Trainer arguments:
         the run's callbacks and loggers first, then those given by class path."""
         verb = str(self.subcommand)
         trainer = _kwargs(self.config_init[verb].trainer)
@@ -425,7 +261,7 @@ class LucidCLI(LightningCLI):
         if verb != "fit":
             cfg = self.config_init[verb]
             if cfg.get("save_json"):  # results files (issue 16 item 4; assumptions T82)
-                from lucid_train.results_files import SaveResults
+                from lucid_train.cli.results_files import SaveResults
 
                 out = cfg.save_dir or new_run_dir("runs", self.model.task, verb)
                 callbacks.append(SaveResults(Path(out)))
@@ -507,9 +343,9 @@ class LucidCLI(LightningCLI):
             img_size: the canvas side (default: the checkpoint's).
             device: where the network runs.
         """
-        from lucid_train.predict import predict_images
+        from lucid_train.cli.predict import predict_images
 
-        module = load_module(ckpt, task=_task_of(model), model=model)
+        module = load_module(ckpt, task=task_of(model), model=model)
         folder = Path(out or Path("runs") / module.task / "predict")
         path = predict_images(module, source, folder, img_size=img_size, conf=conf, device=device)
         print(f"lucid predict: wrote {path} and overlays in {folder}")
@@ -537,31 +373,15 @@ class LucidCLI(LightningCLI):
             opset: the ONNX opset (default 17; 17..21).
             dynamic: free batch and image size (k = max_det rows).
         """
-        from lucid_models import ONNX_OPSET, export_onnx
-        from lucid_train.onnx_check import check_export
-
-        module = load_module(ckpt, task=_task_of(model), model=model)
-        size = img_size or int(module.hparams.get("img_size", 640))
-        path = Path(out) if out else Path(ckpt).with_suffix(".onnx")
-        opset = opset or ONNX_OPSET
-        try:
-            names = export_onnx(
-                module.model,
-                path,
-                image_size=(size, size),
-                max_det=max_det,
-                opset=opset,
-                dynamic=dynamic,
-            )
-        except ValueError as err:
-            print(f"lucid export: error: {err}", file=sys.stderr)
-            self.exit_code = 2
-            return
-        shape = f"Bx3xHxW, traced at 1x3x{size}x{size}" if dynamic else f"1x3x{size}x{size}"
-        print(f"lucid export: wrote {path} (opset {opset}; input images {shape}; outputs {names})")
-        agrees, verdict = check_export(module.model, path, size, max_det, dynamic)
-        print(f"lucid export: {verdict}", file=sys.stdout if agrees else sys.stderr)
-        self.exit_code = 0 if agrees else 1
+        self.exit_code = export_checkpoint(
+            load_module(ckpt, task=task_of(model), model=model),
+            ckpt,
+            out=out,
+            img_size=img_size,
+            max_det=max_det,
+            opset=opset,
+            dynamic=dynamic,
+        )
 
 
 class RunConfig(SaveConfigCallback):
@@ -617,38 +437,6 @@ def _stopped_by_sigterm(trainer: L.Trainer, run_dir: Path | None) -> int:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _task_of_model(name: str) -> str:
-    return parse_model(name).task
-
-
-def _scale_of_model(name: str) -> str:
-    return parse_model(name).scale[-1]  # yolo26s -> s
-
-
-def _accumulation(value: int | str) -> int | str:
-    """``auto`` or a positive count (raises ValueError otherwise)."""
-    from lucid_train.optim import resolve_accumulation
-
-    resolve_accumulation(value, 1, 64)
-    return value
-
-
-def _task_of(model: str | None) -> Any:
-    return None if model is None else parse_model(model).task
-
-
-def _is_model_name(value: str) -> bool:
-    """Whether ``--model VALUE`` names a model rather than a config (a file or inline YAML)."""
-    return not any(c in value for c in "{:\n") and not Path(value).is_file()
-
-
-def _takes_bool(parser: LightningArgumentParser, option: str) -> bool:
-    """Whether ``option`` of ``parser`` is a flag whose type admits a bool."""
-    action = parser._option_string_actions.get(option)
-    hint = getattr(action, "_typehint", None)
-    return hint is bool or bool in typing.get_args(hint)
-
-
 def _kwargs(ns: Namespace) -> dict[str, Any]:
     """A group of the config as keyword arguments (jsonargparse's bookkeeping left out)."""
     return {k: v for k, v in ns.as_dict().items() if not k.startswith("__")}
@@ -658,78 +446,6 @@ def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _given_keys(flags: Sequence[str]) -> list[str]:
-    """The config keys a command line sets: its ``--key`` flags and the keys of its
-    ``--config`` files (nested keys joined by dots; a class path's arguments count as one)."""
-    keys: list[str] = []
-    for i, token in enumerate(flags):
-        if not token.startswith("-") or token == "-":
-            continue
-        name, eq, value = token.lstrip("-").partition("=")
-        name = name.rstrip("+")  # --trainer.callbacks+=...
-        if name in ("c", "config"):
-            value = value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
-            path = Path(value)
-            text = path.read_text() if path.is_file() else value
-            keys.extend(_nested_keys(get_loader("yaml")(text)))
-        elif name not in RESUME_FREE:
-            keys.append(name)
-    return keys
-
-
-def _nested_keys(doc: Any, prefix: str = "") -> list[str]:
-    if not isinstance(doc, dict) or "class_path" in doc or not doc:
-        return [prefix] if prefix else []
-    return [k for key, value in doc.items() for k in _nested_keys(value, f"{prefix}{key}.")]
-
-
-def _conflicts(
-    keys: Sequence[str], given: Namespace, saved: dict[str, Any]
-) -> list[tuple[str, Any, Any]]:
-    """``(key, given value, saved value)`` for each key of ``saved`` (dotted, one per value) that
-    a given key sets (the key itself, a group above it or a value inside it) to another value."""
-    found = []
-    for key, value in saved.items():
-        if key.split(".")[-1].startswith("__") or key in RESUME_FREE:
-            continue
-        hit = any(k == key or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in keys)
-        if hit and key in given and given[key] != value:
-            found.append((key, given[key], value))
-    return found
-
-
-def _nested(flat: dict[str, Any]) -> dict[str, Any]:
-    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *groups, name = key.split(".")
-        node = out
-        for group in groups:
-            node = node.setdefault(group, {})
-        node[name] = value
-    return out
-
-
-def _checkpoint_settings(info: CheckpointInfo, given: Namespace) -> dict[str, Any]:
-    """The fit settings a checkpoint's hyper-parameters hold, as config keys: the module's
-    arguments, its canvas (``data.img_size``) and accumulation."""
-    hp = info.hyper_parameters
-    out = {f"model.{k}": v for k, v in hp.items() if f"model.{k}" in given}
-    for key in ("model.img_size", "model.accumulate", *(f"model.{k}" for k in SCHEMA_ARGUMENTS)):
-        out.pop(key, None)  # link targets and the data's schema
-    if "img_size" in hp:
-        out["data.img_size"] = hp["img_size"]
-    if "accumulate" in hp:
-        out["trainer.accumulate_grad_batches"] = hp["accumulate"]
-    return out
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, Namespace):
-        value = value.as_dict()
-    return value if isinstance(value, str) else json.dumps(value, default=str)
 
 
 if __name__ == "__main__":  # pragma: no cover

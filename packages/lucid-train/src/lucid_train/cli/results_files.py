@@ -29,7 +29,7 @@ import numpy as np
 
 from lucid_train.atomic_files import atomic_path, write_text
 from lucid_train.data.rotated import rbox_corners
-from lucid_train.validation import DECODE_PATHS, PREFIX, ValidationScorer
+from lucid_train.tasks.validation import DECODE_PATHS, PREFIX, ValidationScorer
 
 __all__ = ["SaveResults", "format_per_class", "per_class_rows", "write_results"]
 

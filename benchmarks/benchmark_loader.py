@@ -15,7 +15,7 @@ With ``--render device`` (the default on CUDA) a worker only plans and packs (de
 Run (no dependencies beyond torch, numpy, pillow, lightning, pycocotools)::
 
     PYTHONPATH=packages/lucid-kernels/src:packages/lucid-train/src \\
-        python3 -m lucid_train.data.benchmark_loader --out loader.json
+        python3 benchmarks/benchmark_loader.py --out loader.json
 """
 
 from __future__ import annotations

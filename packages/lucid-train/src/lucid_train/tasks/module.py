@@ -15,23 +15,22 @@ off. The recorders are not submodules, so state-dict keys, EMA and checkpoints a
 eager run. Every step that runs eager is counted with its reason and the fit ends with the
 summary (`lucid_capture.lightning.CaptureCallback`, added by `configure_callbacks`).
 
-Validation decodes both paths from one forward (`lucid_train.validation`) and logs
+Validation decodes both paths from one forward (`lucid_train.tasks.validation`) and logs
 ``val/<path>/mAP50-95`` etc.; the monitored ``val/mAP50-95`` is the end-to-end path's box (obb:
 rotated) mAP50-95 (assumptions.md T52). The EMA weights are swapped in for validation by
-`lucid_train.optim.EMACallback`, which `lucid_train.runs.build_trainer` adds.
+`lucid_train.optim.EMACallback`, which `lucid_train.run.trainer.build_trainer` adds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import SingleDeviceStrategy
-from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_only
 from torch import Tensor, nn
 
 from lucid_capture import LossRecorder, NetworkRecorder, Recorder
@@ -40,51 +39,26 @@ from lucid_models import Detections, ModelOutput, build_model, topk_decode
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
 from lucid_train.distributed import DataParallelStrategy, sum_over_ranks
-from lucid_train.loss_log import TrainingLossLog
-from lucid_train.losses import (
-    DualLoss,
-    LossTerms,
-    PaddedTargets,
-    batch_capacity_report,
-    o2m_weight,
-    pad_targets,
-)
-from lucid_train.losses.flow import RealNVP
-from lucid_train.losses.obb import OrientedLoss
-from lucid_train.losses.pose import PoseLoss
-from lucid_train.losses.segment import SegmentLoss, with_instance_map
+from lucid_train.losses import DualLoss, LossTerms, PaddedTargets, o2m_weight, pad_targets
 from lucid_train.model_spec import model_name, parse_model
-from lucid_train.nonfinite import FiniteLossGuard
-from lucid_train.optim import AccumulationPlan, resolve_accumulation
-from lucid_train.overlays import detections_to_numpy
-from lucid_train.recipe import (
-    OptimizerConfig,
-    OptimizerName,
-    build_optimizer,
-    build_schedule,
-    choose_optimizer,
-)
-from lucid_train.validation import DecodeSettings, ValidationScorer, format_table
+from lucid_train.report.overlays import detections_to_numpy
+from lucid_train.tasks.capacity import CAPTURE_CAPACITY, LossCapacity, print_once
+from lucid_train.tasks.loss_log import TrainingLossLog
+from lucid_train.tasks.recipe import OptimizerConfig, OptimizerName
+from lucid_train.tasks.stepping import SteppingModule
+from lucid_train.tasks.validation import DecodeSettings, ValidationScorer, format_table
 from lucid_train.weights import WeightsReport, load_weights
 
 __all__ = [
     "SCHEMA_ARGUMENTS",
-    "TASK_MODULES",
     "CaptureMode",
-    "DetectModule",
-    "OBBModule",
+    "CaptureSettings",
     "OverlaySample",
-    "PoseModule",
-    "SegmentModule",
     "YOLOModule",
-    "module_class",
     "schema_arguments",
 ]
 
 OVERLAY_IMAGES = 4  # validation images drawn with their predictions under runs/
-CAPTURE_CAPACITY = 32  # the recorder's capacity until the first batch fits it to the data
-CAPACITY_STEP = 8  # a fitted or grown capacity is a multiple of this many rows
-MAX_GROWN_CAPACITY = 512  # the most `YOLOModule._grow_capacity` records the loss for
 CAPTURE_MODES = ("auto", "on", "off")
 CaptureMode = Literal["auto", "on", "off"]
 # The module arguments that describe the dataset's labels rather than the training: a fit takes
@@ -98,7 +72,6 @@ SCHEMA_ARGUMENTS = (
     "flip_index",
     "skeleton",
 )
-PENDING_GRADIENTS_KEY = "pending_gradients"  # an open accumulation window's gradients
 
 
 class OverlaySample(dict[str, Any]):
@@ -107,11 +80,25 @@ class OverlaySample(dict[str, Any]):
     task has them, ``masks`` (D, S, S) bool, ``rotated`` (D, 5), ``keypoints`` (D, K, 3)."""
 
 
-class YOLOModule(L.LightningModule):
+@dataclass(frozen=True)
+class CaptureSettings:
+    """What the module records as CUDA graphs (its ``capture*`` arguments, checked).
+
+    Attributes:
+        mode: ``auto`` (on CUDA), ``on`` or ``off``.
+        network, loss: each recorder on its own (with the mode on).
+    """
+
+    mode: CaptureMode = "auto"
+    network: bool = True
+    loss: bool = True
+
+
+class YOLOModule(SteppingModule):
     """Shared training, validation and prediction of a YOLO26 model; subclasses fix the task.
 
     Every argument is stored in the checkpoint's ``hyper_parameters`` (the task too), so a
-    checkpoint alone rebuilds the module (`lucid_train.checkpoint.load_module`).
+    checkpoint alone rebuilds the module (`lucid_train.tasks.restore.load_module`).
 
     Args:
         model: the model name, ``yolo26<scale>`` with or without the task suffix
@@ -202,6 +189,21 @@ class YOLOModule(L.LightningModule):
         names = tuple(class_names) or tuple(str(i) for i in range(num_classes))
         self.hparams["class_names"] = names
         self.hparams["category_ids"] = tuple(category_ids) or tuple(range(num_classes))
+        # The settings, typed and built once; the hyper-parameters keep the arguments as given.
+        self.optimizer_config = OptimizerConfig(
+            optimizer=optimizer,
+            lr0=lr0,
+            lrf=lrf,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            warmup_epochs=warmup_epochs,
+            warmup_momentum=warmup_momentum,
+            warmup_bias_lr=warmup_bias_lr,
+            nbs=nbs,
+        )
+        self.accumulate = accumulate
+        self.num_classes = num_classes
+        self.capture_settings = CaptureSettings(capture, capture_network, capture_loss)
         self.model = build_model(
             spec.scale, task=self.task, num_classes=num_classes, num_keypoints=num_keypoints
         )
@@ -214,12 +216,8 @@ class YOLOModule(L.LightningModule):
         self.scorer: ValidationScorer | None = None
         self.overlay_samples: list[OverlaySample] = []
         self.last_metrics: dict[str, float] = {}
-        self.accumulation: AccumulationPlan | None = None  # set by configure_optimizers
-        # the non-finite check: a host read per batch on the CPU, staged and gated on a GPU
-        self.finite_guard = FiniteLossGuard()
         self.loss_log = TrainingLossLog()  # the training terms, logged when Lightning writes
         self.channels_last = False  # set for a fit on CUDA (DESIGN §6), see `setup`
-        self._pending_gradients: dict[str, Tensor] | None = None  # from a resumed checkpoint
         # Disabled until a fit's CaptureCallback turns them on (outside a fit: plain eager).
         self.network_recorder = NetworkRecorder(self.model, name="network", enabled=False)
         self.loss_recorder = LossRecorder(
@@ -230,18 +228,16 @@ class YOLOModule(L.LightningModule):
             name="loss",
             enabled=False,
         )
-        # with capture on and no `loss_capacity`, the first training batch sets the capacity;
-        # the epoch it did so in (None: not yet), so that closing mosaic can set it again
-        self._capacity_fitted_in: int | None = None
+        self.capacity = LossCapacity(self.loss_recorder, loss_capacity)
         self.weights_report: WeightsReport | None = None
         if weights is not None:
             self.weights_report = load_weights(self, weights)
-            _print_once(self.weights_report.summary())
+            print_once(self.weights_report.summary())
 
     # -- capture -----------------------------------------------------------------------------
 
     def configure_callbacks(self) -> list[L.Callback]:
-        mode = self.hparams["capture"]
+        mode = self.capture_settings.mode
         on_cuda = self.trainer.strategy.root_device.type == "cuda"
         enabled = mode == "on" or (mode == "auto" and on_cuda)
         # The replays write .grad themselves where nothing else accumulates into it: one device,
@@ -260,19 +256,16 @@ class YOLOModule(L.LightningModule):
     def capture_recorders(self) -> list[Recorder]:
         """The recorders a fit's `CaptureCallback` activates (the ones turned on by name)."""
         chosen: list[Recorder] = []
-        if self.hparams["capture_network"]:
+        if self.capture_settings.network:
             chosen.append(self.network_recorder)
-        if self.hparams["capture_loss"]:
+        if self.capture_settings.loss:
             chosen.append(self.loss_recorder)
         return chosen
 
     @property
     def target_capacity(self) -> int | None:
         """Rows per image the training targets are padded to (None: each batch's largest)."""
-        given: int | None = self.hparams["loss_capacity"]
-        if given is not None:
-            return given
-        return self.loss_recorder.capacity if self.loss_recorder.enabled else None
+        return self.capacity.target
 
     # -- parts -------------------------------------------------------------------------------
 
@@ -291,7 +284,7 @@ class YOLOModule(L.LightningModule):
 
     def build_criterion(self) -> DualLoss:
         """The dual loss of this task (one-to-many + one-to-one, the task's extras)."""
-        return DualLoss.for_detection(self.hparams["num_classes"])
+        return DualLoss.for_detection(self.num_classes)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Training batches gain their padded targets here, on the host, so laying them out
@@ -324,89 +317,13 @@ class YOLOModule(L.LightningModule):
         return targets
 
     def capacity_for(self, batch: Batch) -> int | None:
-        """`target_capacity` when ``batch`` fits it, else None (the batch's own largest). With
-        capture on and no `loss_capacity` given, the first batch fits the recorded capacity to
-        the data (`_fit_capacity`) and a later batch over it grows it (`_grow_capacity`), so
-        that the next batches replay instead of running eager; the first batch without mosaic
-        fits it again (`_mosaic_closed_since_fit`)."""
-        capacity = self.target_capacity
-        if capacity is None:
-            return None
-        report = batch_capacity_report(batch, capacity)
-        if self._adapts_capacity():
-            if self._mosaic_closed_since_fit():
-                self.loss_recorder.release()  # the next call records at the refitted capacity
-                return self._fit_capacity(report.max_count, "the first batch without mosaic")
-            if self._capacity_fitted_in is None:
-                return self._fit_capacity(report.max_count, "the first batch")
-        return capacity if report.fits else self._grow_capacity(report.max_count)
-
-    def _adapts_capacity(self) -> bool:
-        return self.hparams["loss_capacity"] is None and self.loss_recorder.enabled
-
-    def _recording_to_spare(self) -> bool:
-        """Whether the loss may record again beside the recording kept for a retirement."""
-        recorder = self.loss_recorder
-        return recorder.stats.recordings < recorder.max_recordings - 1
-
-    def _mosaic_closed_since_fit(self) -> bool:
-        """Whether the capacity was fitted on mosaic batches and this epoch trains without
-        mosaic (the datamodule's ``close_mosaic_from``). A mosaic packs four images into one,
-        so a capacity fitted or grown on mosaics is about four times what the single images of
-        the closing epochs hold, and the recorded loss would pay for those rows to the end of
-        the fit. Fitting again spends one recording, and only while one is left for a
-        retirement."""
-        fitted_in = self._capacity_fitted_in
+        """`target_capacity` when ``batch`` fits it, else None (the batch's own largest); with
+        capture on and no `loss_capacity` given, fitted and grown by `LossCapacity`."""
         trainer = self._trainer  # None outside a fit
         closes = getattr(getattr(trainer, "datamodule", None), "close_mosaic_from", None)
-        if fitted_in is None or closes is None or not fitted_in < closes <= self.current_epoch:
-            return False
-        return self._recording_to_spare()
-
-    def _fit_capacity(self, largest: int, which: str) -> int | None:
-        """The recorded loss capacity for ``which`` batch, holding ``largest`` targets in one
-        image: a multiple of `CAPACITY_STEP` a quarter above it (None: over
-        `MAX_GROWN_CAPACITY`, the batch runs eager at its own size).
-
-        The mask-aware assignment and the mask loss cost about in proportion to the padded rows
-        (docs/benchmarks/segment-cpu.md), so a fixed guess of 32 made a sparse set's recorded
-        segment loss pay for twice the rows its batches hold; a batch later over the fitted
-        capacity grows it (`_grow_capacity`). The fit's first batch spends no recording (none
-        was made yet); fitting again when mosaic closes spends one."""
-        recorder = self.loss_recorder
-        self._capacity_fitted_in = self.current_epoch
-        recorder.capacity = min(_capacity_above(largest), MAX_GROWN_CAPACITY)
-        _print_once(
-            f"lucid-capture [loss]: {which} holds up to {largest} targets in an image: "
-            f"the loss records with {recorder.capacity} rows an image"
+        return self.capacity.for_batch(
+            batch, self.target_capacity, epoch=self.current_epoch, close_mosaic_from=closes
         )
-        return recorder.capacity if largest <= recorder.capacity else None  # over the most
-
-    def _grow_capacity(self, largest: int) -> int | None:
-        """A larger recorded loss capacity for a batch holding ``largest`` targets in one image
-        and those like it, or None (run eager).
-
-        The first batch fits the capacity (`_fit_capacity`), but a mosaic of four busy images
-        can hold more than any image before it, and COCO's busiest hold over a hundred. The
-        first batch over the capacity sets it to at least twice the old one and to a multiple of
-        `CAPACITY_STEP` a quarter above its own largest count, is padded to it, and the loss
-        records again on it; the old recording is freed. The sums over the slots do not depend
-        on the capacity (docs/capture.md, "Padding capacity"), so the bits stay those of eager.
-        Bounded by the recorder's `max_recordings` (one is kept for a retirement) and
-        `MAX_GROWN_CAPACITY`; a capacity given as `loss_capacity` stays."""
-        recorder = self.loss_recorder
-        if not self._adapts_capacity() or not self._recording_to_spare():
-            return None
-        grown = min(max(2 * recorder.capacity, _capacity_above(largest)), MAX_GROWN_CAPACITY)
-        if grown < largest:
-            return None
-        _print_once(
-            f"lucid-capture [loss]: a batch holds {largest} targets in one image, over the "
-            f"recorded capacity of {recorder.capacity}: recording the loss again at {grown}"
-        )
-        recorder.release()  # the next call records at the new capacity
-        recorder.capacity = grown
-        return grown
 
     def forward_network(self, images: Tensor) -> ModelOutput:
         """``(B, 3, S, S)`` -> `ModelOutput`; the one place the network runs, through its
@@ -447,12 +364,7 @@ class YOLOModule(L.LightningModule):
         self.finite_guard.reset()
         # Data parallel: the ranks agree on the flag at each step (assumptions.md T88).
         self.finite_guard.configure(self.trainer.world_size, sum_over_ranks, self.device)
-        # Not in on_load_checkpoint: the Trainer zeroes every gradient after restoring modules.
-        pending, self._pending_gradients = self._pending_gradients, None
-        if pending:
-            params = dict(self.named_parameters())
-            for name, grad in pending.items():
-                params[name].grad = grad.to(params[name].device).clone()
+        super().on_train_start()  # an open accumulation window's gradients, from a resume
 
     def on_train_epoch_start(self) -> None:
         epochs = self.trainer.max_epochs or 1
@@ -480,140 +392,6 @@ class YOLOModule(L.LightningModule):
         total: Tensor = terms.total
         return total
 
-    def configure_optimizers(self) -> Any:
-        config = OptimizerConfig(
-            optimizer=self.hparams["optimizer"],
-            lr0=self.hparams["lr0"],
-            lrf=self.hparams["lrf"],
-            momentum=self.hparams["momentum"],
-            weight_decay=self.hparams["weight_decay"],
-            warmup_epochs=self.hparams["warmup_epochs"],
-            warmup_momentum=self.hparams["warmup_momentum"],
-            warmup_bias_lr=self.hparams["warmup_bias_lr"],
-            nbs=self.hparams["nbs"],
-        )
-        trainer = self.trainer
-        epochs = max(trainer.max_epochs or 1, 1)
-        lightning_accumulate = max(trainer.accumulate_grad_batches, 1)
-        steps_per_epoch = max(int(trainer.estimated_stepping_batches) // epochs, 1)
-        batch_size = _batch_size(trainer)  # global: all ranks together (assumptions.md T86)
-        nominal, ramped = resolve_accumulation(self.hparams["accumulate"], batch_size, config.nbs)
-        self.accumulation = None
-        if nominal > 1:
-            if lightning_accumulate > 1:
-                raise ValueError(
-                    f"accumulate={self.hparams['accumulate']!r} makes the module sum {nominal} "
-                    f"batches per step, and the Trainer also has accumulate_grad_batches="
-                    f"{lightning_accumulate}; set the module's accumulate (lucid fit "
-                    "--trainer.accumulate_grad_batches) and leave the Trainer's at 1"
-                )
-            # Lightning steps every batch; the plan decides (global_step counts batches).
-            self.accumulation = AccumulationPlan.for_run(
-                nominal,
-                batches_per_epoch=steps_per_epoch,
-                epochs=epochs,
-                warmup_epochs=config.warmup_epochs,
-                ramped=ramped,
-            )
-        accumulate = nominal if self.accumulation is not None else lightning_accumulate
-        choice = choose_optimizer(
-            config,
-            num_classes=self.hparams["num_classes"],
-            num_images=steps_per_epoch * lightning_accumulate * batch_size,
-            batch_size=batch_size,
-            epochs=epochs,
-        )
-        self.print(
-            f"optimizer: {choice.name}(lr={choice.lr}, momentum={choice.momentum})"
-            f"{' chosen by optimizer=auto' if config.optimizer == 'auto' else ''}; "
-            f"{_describe_accumulation(self.accumulation, lightning_accumulate, batch_size)}"
-        )
-        # weight decay scales with the nominal batch before the cap, as the authors' (T45)
-        optimizer = build_optimizer(
-            self, config, choice, batch_size=batch_size, accumulate=accumulate
-        )
-        schedule = build_schedule(optimizer, config, steps_per_epoch=steps_per_epoch, epochs=epochs)
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": schedule, "interval": "step", "frequency": 1},
-        }
-
-    # With an accumulation plan Lightning calls these every batch (its own accumulation is 1);
-    # ``global_step`` is then the 0-based index of the batch being trained.
-
-    def optimizer_step(
-        self,
-        epoch: int,
-        batch_idx: int,
-        optimizer: Any,
-        optimizer_closure: Any = None,
-    ) -> None:
-        plan = self.accumulation
-        if plan is None or plan.steps_at(self.trainer.global_step):
-            optimizer.step(closure=optimizer_closure)
-        elif optimizer_closure is not None:
-            optimizer_closure()  # forward and backward only: the gradients keep summing
-
-    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
-        if not self._window_open():
-            optimizer.zero_grad()
-
-    def on_validation_model_zero_grad(self) -> None:
-        if not self._window_open():
-            super().on_validation_model_zero_grad()
-
-    def _steps_now(self) -> bool:
-        """Whether the optimizer steps after this batch (the module's plan, else Lightning's)."""
-        plan = self.accumulation
-        if plan is not None:
-            return plan.steps_at(self.trainer.global_step)
-        return not self.trainer.fit_loop._should_accumulate()
-
-    def _window_open(self) -> bool:
-        """Whether gradients of an unfinished accumulation window are waiting for more batches."""
-        plan = self.accumulation
-        return plan is not None and not plan.starts_window(self.trainer.global_step)
-
-    def on_after_backward(self) -> None:
-        if self.trainer.world_size > 1 and self._steps_now():
-            self.finite_guard.agree(self.global_step)  # before the gradients are summed
-        if _grad_scaler(self.trainer) is not None:
-            grad = next((p.grad for p in self.parameters() if p.grad is not None), None)
-            if grad is not None:
-                self.finite_guard.gate_gradient(grad)  # the scaler skips the step on device
-
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
-        if _grad_scaler(self.trainer) is not None:
-            return  # gated in on_after_backward
-        if _skips_on_device(optimizer):
-            # a fused step reads ``found_inf`` on the device and leaves everything as it was
-            optimizer.found_inf = self.finite_guard.device_flag()
-        else:
-            self.finite_guard.gate_step()  # on a GPU: one host read per optimizer step
-
-    def configure_gradient_clipping(
-        self,
-        optimizer: Any,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None,
-    ) -> None:
-        if not _skips_on_device(optimizer):
-            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
-            return
-        # Lightning's mixed precision neither unscales before clipping nor clips for an optimizer
-        # that unscales in its own step (fused), so both happen here: unscaling records the
-        # non-finite verdict on the device, and the scaler's step hands it to the fused kernel,
-        # which skips itself. The clipping is the same call Lightning makes for other optimizers.
-        scaler = _grad_scaler(self.trainer)
-        if scaler is not None:
-            scaler.unscale_(optimizer)
-        Precision.clip_gradients(
-            self.trainer.precision_plugin,
-            optimizer,
-            gradient_clip_val or 0.0,
-            GradClipAlgorithmType(gradient_clip_algorithm or "norm"),
-        )
-
     def on_train_epoch_end(self) -> None:
         self.finite_guard.flush()
         for key, value in self.loss_log.epoch_means().items():
@@ -625,16 +403,7 @@ class YOLOModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.finite_guard.flush()  # no checkpoint from a step whose verdict is still staged
-        # A window may span an epoch end (as the authors'): its gradients so far travel along.
-        if self._window_open():
-            checkpoint[PENDING_GRADIENTS_KEY] = {
-                name: p.grad.detach().clone()
-                for name, p in self.named_parameters()
-                if p.grad is not None
-            }
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._pending_gradients = checkpoint.get(PENDING_GRADIENTS_KEY)
+        super().on_save_checkpoint(checkpoint)  # an open accumulation window's gradients
 
     # -- validation and test -----------------------------------------------------------------
 
@@ -662,7 +431,7 @@ class YOLOModule(L.LightningModule):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> dict[str, Detections]:
         """Scores the batch; returns ``{"e2e": Detections}`` (canvas pixels, on the device) for
-        callbacks' ``on_validation_batch_end`` (`lucid_train.run_report.RunReport`)."""
+        callbacks' ``on_validation_batch_end`` (`lucid_train.report.run_report.RunReport`)."""
         return {"e2e": self._score_step(batch)["e2e"]}
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
@@ -695,9 +464,9 @@ class YOLOModule(L.LightningModule):
 
     def predict_step(self, batch: Batch | Tensor, batch_idx: int) -> Detections:
         """End-to-end detections (canvas pixels) of a `Batch` or of ``(B, 3, S, S)`` images in
-        ``[0, 1]``; ``lucid predict`` (`lucid_train.predict`) adds the source-pixel mapping."""
+        ``[0, 1]``; ``lucid predict`` (`lucid_train.cli.predict`) adds the source-pixel mapping."""
         images = batch if isinstance(batch, Tensor) else batch.float_images()
-        return topk_decode(self.forward_network(images), max_det=self.hparams["max_det"])
+        return topk_decode(self.forward_network(images), max_det=self.decode_settings.max_det)
 
 
 def _writes_logs_now(trainer: L.Trainer) -> bool:
@@ -707,123 +476,14 @@ def _writes_logs_now(trainer: L.Trainer) -> bool:
     return bool(getattr(connector, "should_update_logs", True))
 
 
-def _capacity_above(largest: int) -> int:
-    """The multiple of `CAPACITY_STEP` at or above ``largest`` plus a quarter (at least one
-    step): headroom, so that the next busier batch does not record again at once."""
-    return max(1, -(-(largest * 5) // (4 * CAPACITY_STEP))) * CAPACITY_STEP
-
-
-@rank_zero_only
-def _print_once(line: str) -> None:
-    print(line)
-
-
 def _pinned(value: Any) -> Any:
     return value.pin_memory() if isinstance(value, Tensor) and not value.is_pinned() else value
-
-
-def _skips_on_device(optimizer: Any) -> bool:
-    """Whether ``optimizer`` takes the non-finite verdict as a tensor (torch's fused ones)."""
-    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
-
-
-def _grad_scaler(trainer: L.Trainer) -> Any:
-    """The GradScaler of a 16-mixed fit, else None."""
-    return getattr(trainer.precision_plugin, "scaler", None)
 
 
 def _padded_rows(args: Sequence[Any]) -> int:
     """Rows per image of the targets in a ``compute_loss`` call (the loss recorder's check)."""
     targets: PaddedTargets = args[1]
     return int(targets.mask.shape[1])
-
-
-def _describe_accumulation(
-    plan: AccumulationPlan | None, lightning_accumulate: int, batch_size: int
-) -> str:
-    if plan is None:
-        nominal = batch_size * lightning_accumulate
-        return f"accumulation {lightning_accumulate} (nominal batch {nominal})"
-    ramp = (
-        f", ramped from 1 over {plan.warmup_batches} warm-up batches"
-        if plan.ramped and plan.warmup_batches
-        else ""
-    )
-    return f"accumulation {plan.nominal} (nominal batch {batch_size * plan.nominal}){ramp}"
-
-
-def _batch_size(trainer: L.Trainer) -> int:
-    """Images per optimizer-step batch over all ranks: the data module's ``batch_size`` is
-    global (`LucidDataModule`); a loader's own batch counts once per rank."""
-    dm = getattr(trainer, "datamodule", None)
-    size = getattr(dm, "batch_size", None)
-    return int(size) if size else 1
-
-
-class DetectModule(YOLOModule):
-    """Object detection: boxes and classes."""
-
-    task: ClassVar[Task] = "detect"
-
-
-class SegmentModule(YOLOModule):
-    """Instance segmentation: boxes, classes and prototype masks (+ the semantic branch)."""
-
-    task: ClassVar[Task] = "segment"
-
-    def build_criterion(self) -> DualLoss:
-        c = self.hparams["num_classes"]
-        return DualLoss(SegmentLoss(c), SegmentLoss(c, one_to_one=True))
-
-    def prepare_targets(self, batch: Batch) -> PaddedTargets:
-        """Padded boxes plus the instance masks laid out like them (``(B, M, S/4, S/4)``)."""
-        return self.device_targets(self.host_targets(batch), batch)
-
-    def host_targets(self, batch: Batch) -> PaddedTargets:
-        """The padded boxes only: the masks are built after the transfer (`device_targets`),
-        from the small instance map the batch carries, instead of on the host and shipped."""
-        return pad_targets(batch, capacity=self.capacity_for(batch), rotated=False)
-
-    def device_targets(self, targets: PaddedTargets, batch: Batch) -> PaddedTargets:
-        return with_instance_map(targets, batch.instance_map)
-
-
-class PoseModule(YOLOModule):
-    """Pose: boxes, classes and keypoints. The module owns the RealNVP flow of the RLE term
-    (``self.flow``), so the optimizer trains it and checkpoints hold it."""
-
-    task: ClassVar[Task] = "pose"
-
-    def build_criterion(self) -> DualLoss:
-        self.flow = RealNVP()
-        c = self.hparams["num_classes"]
-        return DualLoss(PoseLoss(c, self.flow), PoseLoss(c, self.flow, one_to_one=True))
-
-    def loss_parameters(self) -> nn.Module | None:
-        return self.flow
-
-
-class OBBModule(YOLOModule):
-    """Oriented boxes: ``(cx, cy, w, h, angle)``."""
-
-    task: ClassVar[Task] = "obb"
-
-    def build_criterion(self) -> DualLoss:
-        c = self.hparams["num_classes"]
-        return DualLoss(OrientedLoss(c), OrientedLoss(c, one_to_one=True))
-
-
-TASK_MODULES: dict[Task, type[YOLOModule]] = {
-    "detect": DetectModule,
-    "segment": SegmentModule,
-    "pose": PoseModule,
-    "obb": OBBModule,
-}
-
-
-def module_class(task: Task) -> type[YOLOModule]:
-    """The LightningModule class of a task."""
-    return TASK_MODULES[task]
 
 
 def schema_arguments(schema: DatasetSchema) -> dict[str, Any]:

@@ -17,10 +17,10 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from lucid_train.atomic_files import save_image
-from lucid_train.charts import Series, font, line_chart, nice_ticks
 from lucid_train.evaluation.detection_curves import CurveSet
-from lucid_train.plots import read_epoch_series
-from lucid_train.report_plots import CLASS_COLOURS
+from lucid_train.report.charts import Series, font, line_chart, nice_ticks
+from lucid_train.report.training_curves import read_epoch_series
+from lucid_train.report.validation_curves import CLASS_COLOURS
 
 __all__ = ["SUMMARY_SIZE", "map_curves", "summary_facts", "write_summary"]
 
@@ -52,7 +52,8 @@ def _last(series: dict[str, list[tuple[int, float]]], key: str) -> float | None:
 
 
 def summary_facts(series: dict[str, list[tuple[int, float]]]) -> list[tuple[str, str]]:
-    """``(label, value)`` lines of a run's epoch series (`lucid_train.plots.read_epoch_series`)."""
+    """``(label, value)`` lines of a run's epoch series
+    (`lucid_train.report.training_curves.read_epoch_series`)."""
     facts: list[tuple[str, str]] = []
     monitored = series.get("val/mAP50-95", [])
     if monitored:

@@ -8,8 +8,8 @@ thread, whose every torch op releases that lock, kept 6 % of its progress while 
 GPU runs dry.
 
 So `AtomicCheckpointIO`'s writer thread hands each checkpoint to a child interpreter (``python -m
-lucid_train.checkpoint_process``, started at the fit's start; it ignores SIGINT and SIGTERM, so a
-stopping fit's signals do not cut a write short): the checkpoint's
+lucid_train.run.checkpoint_process``, started at the fit's start; it ignores SIGINT and SIGTERM, so
+a stopping fit's signals do not cut a write short): the checkpoint's
 structure with every tensor replaced by a `Slot` (a small pickle), then each (device, dtype) group's
 bytes as they lie in memory, down a pipe. The thread blocks in the pipe's system calls without the
 lock. The child rebuilds each tensor with its strides and its own storage, writes the file with
@@ -120,7 +120,7 @@ class WriterProcess:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
             try:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "lucid_train.checkpoint_process"],
+                    [sys.executable, "-m", "lucid_train.run.checkpoint_process"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     env=env,
@@ -217,6 +217,6 @@ if __name__ == "__main__":
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     # the importable module's `Slot`, not this __main__ copy's, is the one the parent pickles
-    from lucid_train.checkpoint_process import _serve as serve
+    from lucid_train.run.checkpoint_process import _serve as serve
 
     serve(sys.stdin.buffer, answers)

@@ -1,8 +1,8 @@
 """The validation mosaic: each validation canvas drawn twice, ground truth beside predictions.
 
 `truth_records` takes the ground truth of a validation `Batch` (canvas pixels) into the record
-layout of `lucid_train.overlays`; `draw_val_mosaic` scales every pair to `TILE` pixels and stacks
-them one pair per row under a header naming the two columns (assumptions.md T78).
+layout of `lucid_train.report.overlays`; `draw_val_mosaic` scales every pair to `TILE` pixels and
+stacks them one pair per row under a header naming the two columns (assumptions.md T78).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from lucid_train.charts import font
 from lucid_train.data.transport import Batch
-from lucid_train.overlays import SCORE_FLOOR, draw_overlay
+from lucid_train.report.charts import font
+from lucid_train.report.overlays import SCORE_FLOOR, draw_overlay
 
 __all__ = ["HEADER", "TILE", "draw_val_mosaic", "mosaic_size", "scale_record", "truth_records"]
 

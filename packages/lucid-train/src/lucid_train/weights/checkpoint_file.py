@@ -1,8 +1,8 @@
 """Reading a run's checkpoint: its task and model, and the module it rebuilds.
 
 A checkpoint's ``hyper_parameters`` hold everything needed to rebuild the module (task, model
-name, classes, keypoints; `lucid_train.module.YOLOModule`). Asking for another task than the one
-a checkpoint was trained for is refused before anything is built.
+name, classes, keypoints; `lucid_train.tasks.restore.load_module` rebuilds it). Asking for another
+task than the one a checkpoint was trained for is refused before anything is built.
 
 Every read goes through `load_checkpoint_file`: ``torch.load(weights_only=True)``, which rebuilds
 only tensors and plain values (dicts, lists, tuples, strings, numbers), the whole content of a
@@ -29,7 +29,6 @@ __all__ = [
     "CheckpointTaskError",
     "NotALucidCheckpointError",
     "load_checkpoint_file",
-    "load_module",
     "read_checkpoint_info",
 ]
 
@@ -162,32 +161,3 @@ def check_task(info: CheckpointInfo, requested: Task | None, requested_model: st
         f"checkpoint's own ({info.model}), or pass a {requested} checkpoint "
         f"(a model name ending in {SUFFIXES[requested] or 'no suffix'!r})"
     )
-
-
-def load_module(
-    path: str | Path,
-    *,
-    task: Task | None = None,
-    model: str | None = None,
-    map_location: str | torch.device = "cpu",
-) -> Any:
-    """Rebuild the task's module from a checkpoint, with its trained weights: the EMA average
-    (what validation scored and ``best.ckpt`` was chosen by) when the run kept one.
-
-    Args:
-        path: the checkpoint.
-        task: the task the caller expects; None accepts the checkpoint's.
-        model: the model name the caller gave (for the message only).
-
-    Raises:
-        CheckpointTaskError: the checkpoint's task is not ``task``.
-    """
-    from lucid_train.module import module_class
-    from lucid_train.optim import ema_state_dict
-
-    info = read_checkpoint_info(path)
-    check_task(info, task, model)
-    ckpt = load_checkpoint_file(info.path, map_location)
-    module = module_class(info.task)(**info.hyper_parameters)
-    module.load_state_dict(ema_state_dict(ckpt) or ckpt["state_dict"])
-    return module.to(map_location).eval()

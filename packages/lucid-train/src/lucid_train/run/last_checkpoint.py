@@ -6,15 +6,15 @@ previous epoch is wholly done (its validation, its epoch-level metrics, which Li
 after every ``on_train_epoch_end`` hook, and the schedule's epoch step), and Lightning resumes
 such a checkpoint as "restarted on epoch start": the epoch runs again from its first batch with
 the sampler's order of that epoch. The loggers are flushed first, so ``metrics.csv`` never lacks
-rows of an epoch that the checkpoint counts as done (`lucid_train.metrics_log`). A checkpoint
+rows of an epoch that the checkpoint counts as done (`lucid_train.report.metrics_log`). A checkpoint
 written mid-epoch could not resume exactly (the loader is not resumable, epoch means would
 restart), so there is none: a run stopped mid-epoch (SIGKILL, SIGTERM, a crash) redoes that
 epoch from ``last.ckpt`` (assumptions.md T54).
 
 ``last.ckpt``'s ``epoch`` is the number of epochs completed, which is the epoch it resumes at.
 
-The file is written in the background (`lucid_train.checkpoint_io`): its copies are queued at the
-epoch's start, its writing starts once the epoch's first `RELEASE_AFTER` batches are queued (so
+The file is written in the background (`lucid_train.run.checkpoint_io`): its copies are queued at
+the epoch's start, its writing starts once the epoch's first `RELEASE_AFTER` batches are queued (so
 that the little of it left on the training process, the structure's pickle and the hand-over,
 slows none of the batches the GPU is waiting for), and this callback waits for it at the epoch's
 end: ``last.ckpt`` is the epoch's start by then. A run killed before the write is handed to the
@@ -33,7 +33,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 
 from lucid_train.atomic_files import remove_stale_temporaries
-from lucid_train.checkpoint_io import AtomicCheckpointIO
+from lucid_train.run.checkpoint_io import AtomicCheckpointIO
 
 __all__ = ["LAST_NAME", "RELEASE_AFTER", "LastCheckpoint"]
 

@@ -1,0 +1,197 @@
+"""The flags of each ``lucid`` verb, beside LightningCLI's own, and how their values read.
+
+``--trainer.*`` come from `lightning.Trainer`'s signature with lucid's defaults
+(`TRAINER_DEFAULTS`, ``precision`` and ``accumulate_grad_batches`` re-declared with ``auto``),
+``--model.*`` from `lucid_train.tasks.module.YOLOModule`'s (fit), ``--data.*`` from
+`lucid_train.data.LucidDataModule`'s; a fit links the model name to the data's task and scale.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning as L
+from lightning.pytorch.cli import LightningArgumentParser
+
+from lucid_train.data import LucidDataModule
+from lucid_train.model_spec import parse_model
+from lucid_train.run.trainer import GRADIENT_CLIP, LOG_INTERVAL
+from lucid_train.tasks.module import SCHEMA_ARGUMENTS, YOLOModule
+
+__all__ = [
+    "BATCH_LIMITS",
+    "DEFAULT_EPOCHS",
+    "DEFAULT_IMG_SIZE",
+    "TRAINER_DEFAULTS",
+    "TRAINER_VERBS",
+    "VERBS",
+    "add_core_arguments",
+    "add_verb_arguments",
+    "is_model_name",
+    "takes_bool",
+    "task_of",
+]
+
+VERBS: dict[str, str] = {
+    "fit": "Train a model; writes runs/<task>/<name>/.",
+    "validate": "Score a checkpoint on the validation split (both decode paths).",
+    "test": "Score a checkpoint on the test split (both decode paths).",
+    "predict": "Predict images with a checkpoint; writes JSON and overlays.",
+    "export": "Write the ONNX of a checkpoint's deploy view (end-to-end top-k).",
+}
+TRAINER_VERBS = ("fit", "validate", "test")
+Precision = Literal["auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
+# The main job's defaults (assumptions.md T61): small canvas and a short run sized for a 2-core CPU.
+DEFAULT_IMG_SIZE = 320
+DEFAULT_EPOCHS = 6
+# Trainer arguments whose lucid default differs from Lightning's (shown by --print_config).
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "gradient_clip_val": GRADIENT_CLIP,  # the authors' max norm
+    "use_distributed_sampler": False,  # the data module's EpochSampler shards itself
+    "num_sanity_val_steps": 0,
+    "log_every_n_steps": LOG_INTERVAL,
+    "deterministic": False,  # as the command had it (Lightning's None leaves torch's setting)
+    "devices": 1,  # as the authors' (device 0 unless told): data parallel only when asked (T85)
+}
+# Trainer arguments typed ``int | float``: a count of batches or a fraction. Re-declared, because
+# typing's cache can hand Lightning's ``Optional[Union[int, float]]`` over as float-first, and then
+# ``--trainer.limit_train_batches 1`` would read as 1.0, every batch.
+BATCH_LIMITS = (
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+)
+
+
+def add_core_arguments(parser: LightningArgumentParser, verb: str) -> None:
+    """The Trainer's, the module's (fit) and the data module's flags of ``verb``."""
+    if verb not in TRAINER_VERBS:
+        return
+    parser.add_class_arguments(
+        L.Trainer,
+        "trainer",
+        fail_untyped=False,
+        instantiate=False,
+        sub_configs=True,
+        skip={"precision", "accumulate_grad_batches", *BATCH_LIMITS},
+    )
+    for name in BATCH_LIMITS:
+        parser.add_argument(
+            f"--trainer.{name}",
+            type=int | float | None,
+            default=None,
+            help=f"{name.split('_')[1]} batches per epoch: a count (int) or a fraction "
+            "(float); default all",
+        )
+    parser.add_argument(
+        "--trainer.precision",
+        type=Precision,
+        default="auto",
+        help="auto: 16-mixed on CUDA (the authors' AMP), 32-true elsewhere",
+    )
+    defaults = dict(TRAINER_DEFAULTS)
+    data_skip: set[str] = set()  # fit: the task and scale follow --model (links)
+    if verb == "fit":
+        defaults["max_epochs"] = DEFAULT_EPOCHS
+        parser.add_argument(
+            "--trainer.accumulate_grad_batches",
+            type=int | Literal["auto"],
+            default="auto",
+            help="batches summed per optimizer step: auto = round(64 / batch), ramped from "
+            "1 during warm-up as the authors' trainer does, or a fixed count (the module "
+            "accumulates; the Trainer's own count stays 1)",
+        )
+        parser.add_class_arguments(
+            YOLOModule,
+            "model",
+            fail_untyped=False,
+            instantiate=False,
+            sub_configs=True,
+            skip={"task", *SCHEMA_ARGUMENTS},
+        )
+    else:  # the module, its task and its canvas come from --ckpt
+        data_skip |= {"task", "variant", "scale_policy", "img_size", "augment"}
+    parser.add_class_arguments(
+        LucidDataModule,
+        "data",
+        fail_untyped=False,
+        instantiate=False,
+        sub_configs=True,
+        skip=data_skip,
+    )
+    if verb == "fit":
+        parser.set_defaults({"data.img_size": DEFAULT_IMG_SIZE})
+    else:
+        parser.add_argument(
+            "--data.img_size", type=int | None, default=None, help="default: the checkpoint's"
+        )
+    parser.set_defaults({f"trainer.{k}": v for k, v in defaults.items()})
+
+
+def add_verb_arguments(parser: LightningArgumentParser, verb: str) -> None:
+    """The flags of ``verb`` itself: the run folder (fit), ``--ckpt`` and the results files
+    (validate, test)."""
+    if verb == "fit":
+        parser.add_argument("--run.root", type=str, default="runs", help="runs/<task>/<name>")
+        parser.add_argument(
+            "--run.name", type=str, default="train", help="taken: <name>2, <name>3, ..."
+        )
+        parser.link_arguments("model.model", "data.task", compute_fn=_task_of_model)
+        parser.link_arguments("model.model", "data.variant", compute_fn=_scale_of_model)
+        parser.link_arguments("data.img_size", "model.img_size")
+        parser.link_arguments(
+            "trainer.accumulate_grad_batches", "model.accumulate", compute_fn=_accumulation
+        )
+    elif verb in TRAINER_VERBS:
+        parser.add_argument("--ckpt", type=str, required=True, help="a lucid checkpoint")
+        parser.add_argument(
+            "--model", type=str | None, default=None, help="the model it must be (checked)"
+        )
+        parser.add_argument(
+            "--save_json",
+            type=bool,
+            default=False,
+            help="write each decode path's detections (COCO results JSON; DOTA task-1 text "
+            "for obb) and the per-class AP table (printed and per_class_ap.csv)",
+        )
+        parser.add_argument(
+            "--save_dir",
+            type=str | None,
+            default=None,
+            help="where --save_json writes (default runs/<task>/<verb>, numbered if taken)",
+        )
+
+
+def _task_of_model(name: str) -> str:
+    return parse_model(name).task
+
+
+def _scale_of_model(name: str) -> str:
+    return parse_model(name).scale[-1]  # yolo26s -> s
+
+
+def _accumulation(value: int | str) -> int | str:
+    """``auto`` or a positive count (raises ValueError otherwise)."""
+    from lucid_train.optim import resolve_accumulation
+
+    resolve_accumulation(value, 1, 64)
+    return value
+
+
+def task_of(model: str | None) -> Any:
+    return None if model is None else parse_model(model).task
+
+
+def is_model_name(value: str) -> bool:
+    """Whether ``--model VALUE`` names a model rather than a config (a file or inline YAML)."""
+    return not any(c in value for c in "{:\n") and not Path(value).is_file()
+
+
+def takes_bool(parser: LightningArgumentParser, option: str) -> bool:
+    """Whether ``option`` of ``parser`` is a flag whose type admits a bool."""
+    action = parser._option_string_actions.get(option)
+    hint = getattr(action, "_typehint", None)
+    return hint is bool or bool in typing.get_args(hint)

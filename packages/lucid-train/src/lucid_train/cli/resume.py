@@ -1,0 +1,146 @@
+"""Resuming a fit (``lucid fit --ckpt_path``): the run's own config, and flags that contradict it.
+
+A fit writes the config that started it to ``<run>/config.yaml`` (`lucid_train.cli.app.RunConfig`).
+A resume reads it back (a run written before there was one: the checkpoint's hyper-parameters)
+and adds the flags given now; a given flag that sets a saved key to another value is refused in
+one line naming both values (assumptions.md T73).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import Namespace, get_loader
+from lightning.pytorch.cli import LightningArgumentParser
+
+from lucid_train.run.trainer import run_dir_of_checkpoint
+from lucid_train.tasks.module import SCHEMA_ARGUMENTS
+from lucid_train.weights.checkpoint_file import CheckpointInfo, read_checkpoint_info
+
+__all__ = ["CONFIG_FILE", "RESUME_FREE", "Resume", "ResumeConflictError", "resume_argv"]
+
+CONFIG_FILE = "config.yaml"  # in the run folder: the config a fit was started with
+# Keys of a run's config that may differ when it is resumed.
+RESUME_FREE = ("ckpt_path", "config", "print_config")
+
+
+class ResumeConflictError(ValueError):
+    """A flag given with ``--ckpt_path`` contradicts the config of the run it resumes."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A fit resumed from a checkpoint: the checkpoint and the run folder it belongs to."""
+
+    checkpoint: CheckpointInfo
+    run_dir: Path
+
+
+def resume_argv(
+    parser: LightningArgumentParser, argv: list[str], given: Namespace
+) -> tuple[Resume, list[str]]:
+    """The resumed run and the command line of its fit: its run's ``config.yaml`` (a run
+    written before there was one: the checkpoint's hyper-parameters) and the given flags, after
+    refusing a given flag that contradicts it.
+
+    Raises:
+        ResumeConflictError: a given flag contradicts the run's config.
+    """
+    info = read_checkpoint_info(given.fit.ckpt_path)
+    run_dir = run_dir_of_checkpoint(info.path)
+    verb_at = argv.index("fit")
+    flags = argv[verb_at + 1 :]
+    saved_file = run_dir / CONFIG_FILE
+    if saved_file.is_file():
+        source = saved_file
+        saved = dict(parser.parse_args(["fit", "--config", str(saved_file)]).fit.items())
+        resumed = ["fit", "--config", str(saved_file), *flags]
+    else:
+        source = info.path
+        saved = _checkpoint_settings(info, given.fit)
+        resumed = [*argv, "--config", json.dumps(_nested(saved))]
+    found = _conflicts(_given_keys(flags), given.fit, saved)
+    if found:
+        shown = ", ".join(f"--{k} {_show(a)} contradicts {k}: {_show(b)}" for k, a, b in found)
+        raise ResumeConflictError(
+            f"resuming {run_dir}: {shown} in {source}, the config the run was started with; "
+            "drop the flag to resume the run as it was started, or start a new run (without "
+            "--ckpt_path)"
+        )
+    return Resume(info, run_dir), resumed
+
+
+def _given_keys(flags: Sequence[str]) -> list[str]:
+    """The config keys a command line sets: its ``--key`` flags and the keys of its
+    ``--config`` files (nested keys joined by dots; a class path's arguments count as one)."""
+    keys: list[str] = []
+    for i, token in enumerate(flags):
+        if not token.startswith("-") or token == "-":
+            continue
+        name, eq, value = token.lstrip("-").partition("=")
+        name = name.rstrip("+")  # --trainer.callbacks+=...
+        if name in ("c", "config"):
+            value = value if eq else (flags[i + 1] if i + 1 < len(flags) else "")
+            path = Path(value)
+            text = path.read_text() if path.is_file() else value
+            keys.extend(_nested_keys(get_loader("yaml")(text)))
+        elif name not in RESUME_FREE:
+            keys.append(name)
+    return keys
+
+
+def _nested_keys(doc: Any, prefix: str = "") -> list[str]:
+    if not isinstance(doc, dict) or "class_path" in doc or not doc:
+        return [prefix] if prefix else []
+    return [k for key, value in doc.items() for k in _nested_keys(value, f"{prefix}{key}.")]
+
+
+def _conflicts(
+    keys: Sequence[str], given: Namespace, saved: dict[str, Any]
+) -> list[tuple[str, Any, Any]]:
+    """``(key, given value, saved value)`` for each key of ``saved`` (dotted, one per value) that
+    a given key sets (the key itself, a group above it or a value inside it) to another value."""
+    found = []
+    for key, value in saved.items():
+        if key.split(".")[-1].startswith("__") or key in RESUME_FREE:
+            continue
+        hit = any(k == key or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in keys)
+        if hit and key in given and given[key] != value:
+            found.append((key, given[key], value))
+    return found
+
+
+def _nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """``{"a.b": 1}`` -> ``{"a": {"b": 1}}``."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *groups, name = key.split(".")
+        node = out
+        for group in groups:
+            node = node.setdefault(group, {})
+        node[name] = value
+    return out
+
+
+def _checkpoint_settings(info: CheckpointInfo, given: Namespace) -> dict[str, Any]:
+    """The fit settings a checkpoint's hyper-parameters hold, as config keys: the module's
+    arguments, its canvas (``data.img_size``) and accumulation."""
+    hp = info.hyper_parameters
+    out = {f"model.{k}": v for k, v in hp.items() if f"model.{k}" in given}
+    for key in ("model.img_size", "model.accumulate", *(f"model.{k}" for k in SCHEMA_ARGUMENTS)):
+        out.pop(key, None)  # link targets and the data's schema
+    if "img_size" in hp:
+        out["data.img_size"] = hp["img_size"]
+    if "accumulate" in hp:
+        out["trainer.accumulate_grad_batches"] = hp["accumulate"]
+    return out
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Namespace):
+        value = value.as_dict()
+    return value if isinstance(value, str) else json.dumps(value, default=str)
