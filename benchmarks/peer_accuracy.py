@@ -1,22 +1,31 @@
-"""Accuracy against the authors' trainer on the harder benchmark sets, both decode paths.
+"""Accuracy against the authors' trainer: the harder built-in sets and the held-out ones, several
+seeds a side, both decode paths, the size buckets and the time to accuracy.
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:):/tmp/site \\
-        python3 benchmarks/peer_accuracy.py --out OUT --tasks detect,segment,pose,obb --arms auto
+        python3 benchmarks/peer_accuracy.py --out OUT --tasks detect,segment --arms auto \\
+        --sets vsynth-small,skimage-shapes --seeds 0,1,2 --jobs 8 --workers 2 --timeout 540
 
-Runs `peer_detect.py` once per (task, side): Ultralytics 8.4 and one lucid arm per
-``--trainer.accumulate_grad_batches`` value, side by side (accuracy, not speed, is measured here;
-each side trains in its own process with its own loader workers), on ``SyntheticSpec.hard()``
-(256 train / 64 val images, sides 480-800), imgsz 320, batch 16, 20 epochs, fp16 AMP on CUDA.
-Both sides are scored by one scorer on the same ground truth: pycocotools for boxes, segment
-masks and pose keypoints (our OKS sigmas), our DOTA-protocol evaluator for obb. Writes
-``OUT/peer-accuracy.json`` (``{"date", "rows": [...]}``), ``OUT/peer-accuracy.md`` and each
-run's own folder.
+Runs `peer_detect.py` once per (task, set, seed, side): Ultralytics 8.4 and one lucid arm per
+``--trainer.accumulate_grad_batches`` value, ``--jobs`` fits at once (accuracy, not speed, is
+measured here; each side trains in its own process with its own loader workers), imgsz 320,
+batch 16, 20 epochs, fp16 AMP on CUDA. Sets: ``hard`` (``SyntheticSpec.hard()``, 256 train / 64
+val images, sides 480-800), ``builtin``, or a held-out set of `heldout_sets` (built into
+``--set-cache`` before any fit starts; a carried cache is reused). Both sides are scored by one
+scorer on the same ground truth: pycocotools for boxes, segment masks and pose keypoints (our
+OKS sigmas), our DOTA-protocol evaluator for obb. Each finished side leaves its folder's
+``peer_detect.json``; the tables are written again each time a side finishes, and at
+``--timeout`` the fits still running are stopped and the tables made of those that finished
+(``--tables`` makes them again later). Writes ``OUT/peer-accuracy.json`` (``{"date", "rows":
+[...]}``: one row per (task, set, path, metric) over the seeds, `peer_seeds.seed_rows`, and the
+per-seed rows under ``seed_rows``) and ``OUT/peer-accuracy.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,26 +33,34 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _seed_key(row: dict[str, Any]) -> str:
+    return ",".join(map(str, row["seeds"])) if "seeds" in row else str(int(row.get("seed", 0)))
 
 
 def merge(sources: list[Path], out: Path) -> None:
-    """One document of the latest comparison of each task and seed: the rows of ``sources``
-    (oldest first), a (task, seed)'s rows taken from the last file that has them, each row with
-    its ``source`` file and that file's ``date``; ``date`` is the newest source's."""
-    latest: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    """One document of the latest comparison of each (task, set, seeds, epochs): the rows of
+    ``sources`` (oldest first), a key's rows taken from the last file that has them, each row
+    with its ``source`` file and that file's ``date``; ``date`` is the newest source's. A row of
+    one seed (``seed``) and one over seeds (``seeds``) are different keys."""
+    latest: dict[tuple[str, str, str, Any], list[dict[str, Any]]] = {}
     dates = []
     for path in sources:
         doc = json.loads(path.read_text())
         dates.append(doc["date"])
-        fresh: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        fresh: dict[tuple[str, str, str, Any], list[dict[str, Any]]] = {}
         for row in doc["rows"]:
-            fresh.setdefault((row["task"], int(row.get("seed", 0))), []).append(
+            key = (row["task"], row["set"], _seed_key(row), row.get("epochs"))
+            fresh.setdefault(key, []).append(
                 {**row, "source": path.name, "source_date": doc["date"]}
             )
         latest.update(fresh)
     order = {task: k for k, task in enumerate(("detect", "segment", "pose", "obb"))}
-    rows = [row for key in sorted(latest, key=lambda k: (order[k[0]], k[1])) for row in latest[key]]
-    by_task = {task for task, _ in latest}
+    keys = sorted(latest, key=lambda k: (order[k[0]], k[1], len(k[2]), k[2], str(k[3])))
+    rows = [row for key in keys for row in latest[key]]
+    by_task = {key[0] for key in latest}
     doc = {"date": max(dates), "command": " ".join([Path(sys.executable).name, *sys.argv]),
            "rows": rows}  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -51,19 +68,32 @@ def merge(sources: list[Path], out: Path) -> None:
     print(f"{out}: {len(rows)} rows of {', '.join(sorted(by_task))}")
 
 
+def run_name(task: str, set_name: str, side: str, seed: int, seeds: list[int]) -> str:
+    """A side's folder. A held-out set's names its seed always (calls of different seeds can
+    share one folder for ``--tables``); the harder set keeps the names of the runs before."""
+    tail = f"-seed{seed}" if len(seeds) > 1 or set_name != "hard" else ""
+    return f"{task}{'' if set_name == 'hard' else '-' + set_name}-{side}{tail}"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tasks", default="detect,segment")
+    parser.add_argument("--sets", default="hard", help="comma list: hard, builtin, held-out names")
+    parser.add_argument("--set-cache", type=Path, default=None, help="held-out sets' cache")
     parser.add_argument("--arms", default="1,auto", help="our accumulate settings; last is judged")
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--workers", type=int, default=4, help="loader workers per run")
     parser.add_argument("--device", default="0")
     parser.add_argument("--work", type=Path, default=Path("/tmp/lucid-peer-accuracy"))
     parser.add_argument("--side-timeout", type=float, default=560.0)
+    parser.add_argument(
+        "--timeout", type=float, default=0.0, help="seconds: then stop the fits left, write tables"
+    )
     parser.add_argument("--seeds", default="0", help="comma list: each seed trains every side")
     parser.add_argument("--jobs", type=int, default=0, help="sides at once (0: all)")
     parser.add_argument("--peer-python", default=None, help="interpreter with Ultralytics")
+    parser.add_argument("--no-cross", action="store_true", help="skip ours through their validator")
     parser.add_argument(
         "--rescore",
         action="store_true",
@@ -82,88 +112,143 @@ def main(argv: list[str] | None = None) -> None:
         nargs="+",
         default=None,
         help="train nothing: write --out/peer-accuracy.json from these runs' JSONs, oldest "
-        "first; a later file's rows replace an earlier one's of the same task and seed; each row "
-        "names its file",
+        "first; a later file's rows replace an earlier one's of the same task, set and seeds; "
+        "each row names its file",
     )
     args = parser.parse_args(argv)
     if args.merge:
         merge(args.merge, args.out / "peer-accuracy.json")
         return
-    tasks = [t for t in args.tasks.split(",") if t]
-    arms = [a for a in args.arms.split(",") if a]
-    common = ["--set", "hard", "--epochs", str(args.epochs), "--workers", str(args.workers),
-              "--device", args.device, "--side-timeout", str(args.side_timeout),
-              *(["--peer-python", args.peer_python] if args.peer_python else [])]  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    tasks = [t for t in args.tasks.split(",") if t]
+    sets = [x for x in args.sets.split(",") if x]
+    arms = [a for a in args.arms.split(",") if a]
     seeds = [int(x) for x in args.seeds.split(",") if x]
-    queue: list[tuple[tuple[str, str], list[str], Path]] = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    cache = args.set_cache or args.work / "heldout"
+    common = ["--epochs", str(args.epochs), "--workers", str(args.workers),
+              "--device", args.device, "--side-timeout", str(args.side_timeout),
+              "--set-cache", str(cache), *(["--no-cross"] if args.no_cross else []),
+              *(["--peer-python", args.peer_python] if args.peer_python else [])]  # fmt: skip
+    queue: list[tuple[str, list[str], Path]] = []
     for task in tasks:
-        sides = [("peer", ["--peer-only"])] + [
-            (f"acc{a}", ["--ours-only", "--ours-accumulate", a]) for a in arms
-        ]
-        for seed in seeds:
-            for side, flags in sides:
-                name = f"{task}-{side}" + (f"-seed{seed}" if len(seeds) > 1 else "")
-                cmd = [sys.executable, str(HERE / "peer_detect.py"), "--task", task, *common,
-                       *flags, "--seed", str(seed), "--out", str(args.out / name),
-                       "--work", str(args.work / name)]  # fmt: skip
-                queue.append(((task, name), cmd, args.out / name))
-    running: list[tuple[tuple[str, str], subprocess.Popen[bytes]]] = []
+        for set_name in sets:
+            for seed in seeds:  # a seed's sides next to each other: they finish together
+                sides = [("peer", ["--peer-only"])] + [
+                    (f"acc{a}", ["--ours-only", "--ours-accumulate", a]) for a in arms
+                ]
+                for side, flags in sides:
+                    name = run_name(task, set_name, side, seed, seeds)
+                    cmd = [sys.executable, str(HERE / "peer_detect.py"), "--task", task,
+                           "--set", set_name, *common, *flags, "--seed", str(seed),
+                           "--out", str(args.out / name),
+                           "--work", str(args.work / name)]  # fmt: skip
+                    queue.append((name, cmd, args.out / name))
     if args.rescore or args.tables:
         queue = []
     if args.rescore:
-        _rescore(args, tasks, arms, seeds)
-    for key, cmd, out in queue:
-        while args.jobs and len(running) >= args.jobs:
-            done = running.pop(0)
-            print(f"{done[0]}: exit {done[1].wait()}", flush=True)
-        print("$ " + " ".join(cmd), flush=True)
-        out.mkdir(parents=True, exist_ok=True)
-        with (out / "driver.log").open("wb") as log:
-            running.append((key, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)))
-    for key, job in running:
-        print(f"{key}: exit {job.wait()}", flush=True)
-    rows: list[dict[str, Any]] = []
-    tables: list[str] = []
-    sys.path.insert(0, str(HERE))
-    import peer_detect
+        _rescore(args, tasks, sets, arms, seeds)
+    if queue:
+        import heldout_sets
 
+        for set_name in sets:  # built once, before the fits that read it
+            if set_name in heldout_sets.BUILDERS:
+                print(f"set {set_name}: {heldout_sets.build(cache, set_name)}", flush=True)
+    deadline = start + args.timeout if args.timeout else None
+    _run_queue(
+        queue, args.jobs, deadline, lambda: _write_tables(args, tasks, sets, arms, seeds, start)
+    )
+    _write_tables(args, tasks, sets, arms, seeds, start, echo=True)
+
+
+def _run_queue(
+    queue: list[tuple[str, list[str], Path]], jobs: int, deadline: float | None, on_done: Any
+) -> None:
+    """Run ``queue``, ``jobs`` at once (0: all), each in its own session (a stop reaches its
+    children: the fit it started); ``on_done`` after each exit. At ``deadline`` (perf_counter)
+    the ones left are stopped and the ones not started skipped."""
+    running: dict[str, subprocess.Popen[bytes]] = {}
+    pending = list(queue)
+    while pending or running:
+        while pending and (not jobs or len(running) < jobs):
+            name, cmd, out = pending.pop(0)
+            print("$ " + " ".join(cmd), flush=True)
+            out.mkdir(parents=True, exist_ok=True)
+            with (out / "driver.log").open("wb") as log:
+                running[name] = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+        for name, job in list(running.items()):
+            if job.poll() is not None:
+                print(f"{name}: exit {job.returncode}", flush=True)
+                del running[name]
+                on_done()
+        if deadline is not None and time.perf_counter() > deadline:
+            for name, job in running.items():
+                print(f"{name}: stopped at the timeout", flush=True)
+                os.killpg(job.pid, signal.SIGTERM)
+            for job in running.values():
+                try:
+                    job.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.pid, signal.SIGKILL)
+            for name, *_ in pending:
+                print(f"{name}: not started (timeout)", flush=True)
+            return
+        time.sleep(1.0)
+
+
+def _write_tables(
+    args: argparse.Namespace, tasks: list[str], sets: list[str], arms: list[str],
+    seeds: list[int], start: float, echo: bool = False,
+) -> None:  # fmt: skip
+    """The tables of every (task, set, seed) whose sides have finished: per seed, then over the
+    seeds; written to ``--out`` whole each time, so a cut call still leaves them."""
+    import peer_detect
+    import peer_seeds
+
+    per_seed: list[dict[str, Any]] = []
+    tables: list[str] = []
     for task in tasks:
-        for seed in seeds:
-            tail = f"-seed{seed}" if len(seeds) > 1 else ""
-            peer = _report(args.out / f"{task}-peer{tail}")
-            for arm in arms:
-                ours = _report(args.out / f"{task}-acc{arm}{tail}")
-                if ours is None or peer is None:
-                    continue
-                merged = {**ours, "peer": peer.get("peer", {})}
-                rows.extend(peer_detect.accuracy_rows(merged, arm))
-                merged["verdict"] = peer_detect.verdict(merged, arm) or "n/a"
-                tables.append(peer_detect.table(merged))
+        for set_name in sets:
+            for seed in seeds:
+                peer = _report(args.out / run_name(task, set_name, "peer", seed, seeds))
+                for arm in arms:
+                    ours = _report(args.out / run_name(task, set_name, f"acc{arm}", seed, seeds))
+                    if ours is None or peer is None:
+                        continue
+                    merged = {**ours, "peer": peer.get("peer", {})}
+                    per_seed.extend(peer_detect.accuracy_rows(merged, arm))
+                    merged["verdict"] = peer_detect.verdict(merged, arm) or "n/a"
+                    tables.append(peer_detect.table(merged))
+    rows = peer_seeds.seed_rows([r for r in per_seed if r["lucid_accumulate"] == arms[-1]])
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join([sys.executable, *sys.argv]),
         "wall_s": round(time.perf_counter() - start, 1),
         "rows": rows,
+        "seed_rows": per_seed,
     }
     (args.out / "peer-accuracy.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (args.out / "peer-accuracy.md").write_text("\n\n".join(tables) + "\n")
-    print("\n\n".join(tables))
+    text = "\n\n".join([peer_seeds.seed_table(rows), *tables])
+    (args.out / "peer-accuracy.md").write_text(text + "\n")
+    if echo:
+        print(text)
 
 
-def _rescore(args: argparse.Namespace, tasks: list[str], arms: list[str], seeds: list[int]) -> None:
-    """``--rescore``: each finished (task, seed) pair's validation rows made again in place."""
-    sys.path.insert(0, str(HERE))
+def _rescore(
+    args: argparse.Namespace, tasks: list[str], sets: list[str], arms: list[str], seeds: list[int]
+) -> None:
+    """``--rescore``: each finished (task, set, seed)'s validation rows made again in place."""
     import peer_detect
 
-    for task in tasks:
-        for seed in seeds:
-            tail = f"-seed{seed}" if len(seeds) > 1 else ""
-            peer_dir = args.out / f"{task}-peer{tail}"
+    for task, set_name, seed in ((t, x, s) for t in tasks for x in sets for s in seeds):
+        tail = f"{set_name} seed {seed}"
+        if True:
+            peer_dir = args.out / run_name(task, set_name, "peer", seed, seeds)
             peer = _report(peer_dir)
             for arm in arms:
-                ours_dir = args.out / f"{task}-acc{arm}{tail}"
+                ours_dir = args.out / run_name(task, set_name, f"acc{arm}", seed, seeds)
                 ours = _report(ours_dir)
                 if ours is None or peer is None:
                     continue
@@ -181,7 +266,7 @@ def _rescore(args: argparse.Namespace, tasks: list[str], arms: list[str], seeds:
                 (ours_dir / "peer_detect.json").write_text(json.dumps(ours, indent=1, default=str))
             if peer is not None:
                 (peer_dir / "peer_detect.json").write_text(json.dumps(peer, indent=1, default=str))
-                print(f"{task}{tail}: rescored", flush=True)
+                print(f"{task} {tail}: rescored", flush=True)
 
 
 def _report(folder: Path) -> dict[str, Any] | None:

@@ -1,0 +1,235 @@
+"""Our side: `lucid fit` as a subprocess, its per-epoch validation log, and lucid's validation of
+any trained weights (ours or the peer's)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from peer_common import (
+    MODEL_SUFFIX,
+    PATHS,
+    _child_env,
+    _last_row_with,
+    _metric_prefixes,
+    _run_logged,
+)
+
+
+def run_ours(
+    args: argparse.Namespace, data: dict[str, Any], out: Path, accumulate: str = "auto"
+) -> dict[str, Any]:
+    """Train our yolo26n with ``lucid fit`` and read the last validation of both decode paths."""
+    task = data["task"]
+    tag = f"ours-acc{accumulate}"
+    runs = args.work / f"{tag}-runs"
+    if runs.exists():
+        shutil.rmtree(runs)
+    precision = args.ours_precision or ("32-true" if args.device == "cpu" else "16-mixed")
+    cmd = [
+        args.ours_python or sys.executable,
+        "-m",
+        "lucid_train",
+        "fit",
+        "--model",
+        f"yolo26n{MODEL_SUFFIX[task]}",
+        *(["--data.root", data["coco_root"]] if data["hard"] else []),
+        "--data.img_size",
+        str(args.imgsz),
+        "--data.batch_size",
+        str(args.batch),
+        "--data.num_workers",
+        str(args.workers),
+        "--trainer.max_epochs",
+        str(args.epochs),
+        "--trainer.accelerator",
+        "cpu" if args.device == "cpu" else "gpu",
+        "--trainer.devices",
+        "1",
+        "--trainer.precision",
+        precision,
+        "--trainer.accumulate_grad_batches",
+        str(accumulate),
+        "--run.root",
+        str(runs),
+        "--run.name",
+        "train",
+        "--seed_everything",
+        str(args.seed),
+        "--data.seed",
+        str(args.seed),
+    ]
+    marks = out / f"{tag}-epochs.jsonl"  # each epoch's training window, Unix seconds
+    marks.unlink(missing_ok=True)
+    env = _child_env(
+        args.device, {"LUCID_CACHE_DIR": data["cache_dir"], "LUCID_EPOCH_MARKS": str(marks)}
+    )
+    print("ours: " + " ".join(cmd), flush=True)
+    launch = time.time()
+    rc, wall = _run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
+    result: dict[str, Any] = {
+        "command": f"LUCID_CACHE_DIR={data['cache_dir']} " + " ".join(cmd),
+        "exit": rc,
+        "wall_s": round(wall, 1),
+        "launch_unix": launch,
+        "precision": precision,
+        "accumulate": accumulate,
+    }
+    run_dir = runs / task / "train"
+    csv_path = run_dir / "metrics.csv"
+    if not csv_path.is_file():
+        return result
+    result["checkpoint"] = str(run_dir / "checkpoints" / "last.ckpt")
+    shutil.copy(csv_path, out / f"{tag}-metrics.csv")
+    last = _last_row_with(csv_path, "val/e2e/mAP50-95")
+    for path in PATHS:
+        result[path] = {}
+        for kind, stem in _metric_prefixes(task).items():
+            prefix = "" if kind == "box" else f"{kind}_"
+            result[path][f"{prefix}pycocotools_mAP50-95"] = float(
+                last[f"val/{path}/{stem}mAP50-95"]
+            )
+            result[path][f"{prefix}pycocotools_mAP50"] = float(last[f"val/{path}/{stem}mAP50"])
+    result["epoch"] = int(float(last["epoch"])) + 1
+
+    rows = [r for r in csv.DictReader(csv_path.open()) if r.get("val/e2e/mAP50-95")]
+    result["best_e2e_mAP50-95"] = max(float(r["val/e2e/mAP50-95"]) for r in rows)
+    result["best_nms_mAP50-95"] = max(float(r["val/nms/mAP50-95"]) for r in rows)
+    log = (out / f"{tag}.log").read_text(errors="replace")
+    for line in log.splitlines():
+        if line.startswith("lucid fit: done in"):
+            result["fit_line"] = line.strip()
+    result["epoch_log"] = ours_epoch_log(csv_path, marks, launch, task)
+    ckpt = Path(result["checkpoint"])
+    if rc == 0 and ckpt.is_file():  # the size buckets, from the last weights' saved detections
+        try:
+            again = validate_with_lucid(ckpt, data, args, lucid_checkpoint=True,
+                                        save_dir=out / f"{tag}-predictions")  # fmt: skip
+            for path in PATHS:
+                result[path].update({k: v for k, v in again[path].items() if "_AP_" in k})
+                result[path]["revalidated_mAP50-95"] = again[path].get("pycocotools_mAP50-95")
+        except Exception as err:  # the fit's rows stand; say why the buckets are missing
+            result["sizes_error"] = f"{type(err).__name__}: {err}"
+    return result
+
+
+def ours_epoch_log(csv_path: Path, marks: Path, launch: float, task: str) -> list[dict[str, Any]]:
+    """Each validated epoch's mAP50-95 (both paths; the task's second metric too) and when it was
+    known, in seconds from the side's launch: an epoch's validation ends where the next epoch's
+    training starts (its mark), the last one's when the fit wrote metrics.csv for the last time."""
+    starts = {}
+    if marks.is_file():
+        for line in marks.read_text().splitlines():
+            mark = json.loads(line)
+            starts[int(mark["epoch"])] = float(mark["start"])
+    rows = [r for r in csv.DictReader(csv_path.open()) if r.get("val/e2e/mAP50-95")]
+    log = []
+    for k, r in enumerate(rows):
+        epoch = int(float(r["epoch"]))
+        end = starts.get(epoch + 1) if k + 1 < len(rows) else csv_path.stat().st_mtime
+        entry: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "t_s": None if end is None else round(end - launch, 2),
+        }
+        for path in PATHS:
+            for kind, stem in _metric_prefixes(task).items():
+                entry[f"{path}_{kind}"] = float(r[f"val/{path}/{stem}mAP50-95"])
+        log.append(entry)
+    if starts:
+        log.insert(
+            0, {"epoch": 0, "t_s": round(min(starts.values()) - launch, 2), "note": "first batch"}
+        )
+    return log
+
+
+def validate_with_lucid(
+    weights: Path,
+    data: dict[str, Any],
+    args: argparse.Namespace,
+    *,
+    lucid_checkpoint: bool = False,
+    save_dir: Path | None = None,
+) -> dict[str, Any]:
+    """Trained weights validated by lucid's own validation: the peer's ``last.pt`` (its EMA,
+    read by ``--model.weights``' reader of the authors' layout: no code from the file runs),
+    or with ``lucid_checkpoint`` a lucid checkpoint (its EMA weights). With ``save_dir`` its
+    detections are saved there (``--save_json``'s files) and scored again with the size buckets.
+
+    Validated exactly as our side's last epoch is: the same letterboxed inputs, both decodes,
+    the same scorer. Beside the peer's own validation, re-scored, this tells a difference in
+    training from one in validation."""
+    import lightning as L
+
+    from lucid_train.cli.results_files import SaveResults
+    from lucid_train.data import LucidDataModule
+    from lucid_train.tasks.module import schema_arguments
+    from lucid_train.tasks.restore import load_module
+    from lucid_train.tasks.task_modules import module_class
+
+    task = data["task"]
+    dm = LucidDataModule(
+        task, data["coco_root"], img_size=args.imgsz, batch_size=args.batch,
+        num_workers=args.workers,
+    )  # fmt: skip
+    dm.setup("validate")
+    if lucid_checkpoint:
+        module = load_module(weights, task=task)
+    else:
+        module = module_class(task)(
+            model=f"yolo26n{MODEL_SUFFIX[task]}",
+            img_size=args.imgsz,
+            capture="off",
+            weights=str(weights),
+            **schema_arguments(dm.schema),
+        )
+    on_cpu = args.device == "cpu"
+    trainer = L.Trainer(
+        accelerator="cpu" if on_cpu else "gpu",
+        devices=1 if on_cpu else [int(args.device)],
+        precision=args.ours_precision or ("32-true" if on_cpu else "16-mixed"),
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[] if save_dir is None else [SaveResults(save_dir)],
+    )
+    start = time.perf_counter()
+    metrics = trainer.validate(module, datamodule=dm, verbose=False)[0]
+    result: dict[str, Any] = {"weights": str(weights), "wall_s": 0.0}
+    for path in PATHS:
+        result[path] = {}
+        for kind, stem in _metric_prefixes(task).items():
+            prefix = "" if kind == "box" else f"{kind}_"
+            for stat in ("mAP50-95", "mAP50"):
+                value = metrics.get(f"val/{path}/{stem}{stat}")
+                result[path][f"{prefix}pycocotools_{stat}"] = (
+                    None if value is None else float(value)
+                )
+    result["wall_s"] = round(time.perf_counter() - start, 1)
+    if save_dir is not None and task in ("detect", "segment"):
+        from peer_scoring import score_results
+
+        gt = json.loads(Path(data["val_json"]).read_text())
+        for path in PATHS:
+            pred = save_dir / f"predictions_{path}.json"
+            if pred.is_file():
+                result[path].update(
+                    {k: v for k, v in score_results(pred, gt, task).items() if "_AP_" in k}
+                )
+                pred.unlink()  # scored; megabytes a path, and a device call brings back little
+    return result
+
+
+def _checkpoint_of(command: str, task: str) -> str:
+    """The last checkpoint of a `lucid fit` command line (its ``--run.root``; run ``train``)."""
+    words = command.split()
+    if "--run.root" not in words:
+        return ""
+    root = Path(words[words.index("--run.root") + 1])
+    return str(root / task / "train" / "checkpoints" / "last.ckpt")

@@ -1,0 +1,123 @@
+"""The peer comparison's bookkeeping (`benchmarks/peer_seeds.py`, `peer_tables.py`,
+`peer_accuracy.merge`) and the held-out sets (`benchmarks/heldout_sets.py`), on the CPU: seed
+means and their spread over the seeds that finished, the time to the peer's final score from
+each side's per-epoch log, merged rows keyed by task, set and seeds, and sets built the same
+from one seed, with every class annotated and each box its polygon's extent."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # the scripts import their siblings by name
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _report(seed: int, ours: float, peer: float, ours_log: list[float]) -> dict[str, Any]:
+    """A finished (task, set, seed): ours at ``ours`` with per-epoch ``ours_log`` (10 s apart),
+    the peer at ``peer`` whose own curve ends at 0.5 (its metric) after 3 epochs of 20 s."""
+    log = [{"epoch": k + 1, "t_s": 10.0 * (k + 1), "nms_box": v, "e2e_box": v}
+           for k, v in enumerate(ours_log)]  # fmt: skip
+    peer_log = [{"epoch": 0, "t_s": 5.0}] + [
+        {"epoch": k + 1, "t_s": 20.0 * (k + 1), "nms_box": v} for k, v in enumerate((0.2, 0.5, 0.5))
+    ]
+    side = {"pycocotools_mAP50-95": ours, "pycocotools_AP_small": ours / 2}
+    return {
+        "data": {"task": "detect", "set": "vsynth-small (x)"},
+        "settings": {"seed": seed, "epochs": 3},
+        "ours_arms": {"auto": {"e2e": side, "nms": side, "epoch_log": log, "wall_s": 40.0}},
+        "peer": {"e2e": {"pycocotools_mAP50-95": peer}, "nms": {"pycocotools_mAP50-95": peer,
+                 "pycocotools_AP_small": peer / 2}, "epoch_log": peer_log, "wall_s": 70.0},
+    }  # fmt: skip
+
+
+def test_seed_rows_hold_the_seed_means_the_spread_and_each_seeds_time_to_accuracy() -> None:
+    tables, seeds = _load("peer_tables"), _load("peer_seeds")
+    per_seed = tables.accuracy_rows(_report(0, 0.40, 0.50, [0.3, 0.5, 0.4]), "auto")
+    per_seed += tables.accuracy_rows(_report(1, 0.60, 0.50, [0.2, 0.3, 0.45]), "auto")
+    rows = {r["path"]: r for r in seeds.seed_rows(per_seed)}
+    nms = rows["nms"]
+    assert nms["seeds"] == [0, 1] and nms["epochs"] == 3
+    assert nms["lucid"] == nms["lucid_mean"] == pytest.approx(0.5)
+    assert nms["diff_seeds"] == pytest.approx([-0.1, 0.1])
+    assert nms["diff_mean"] == pytest.approx(0.0) and nms["diff_std"] == pytest.approx(0.1414, 1e-3)
+    assert nms["lucid_AP_small"] == pytest.approx(0.25)
+    # seed 0 reached the peer's 0.5 at its 2nd epoch (20 s); seed 1 never did: no mean
+    assert nms["lucid_tta_s_seeds"] == [20.0, None] and nms["lucid_tta_s"] is None
+    # the peer first reached its own last value (0.5) at its 2nd epoch, 40 s from launch
+    assert nms["ultralytics_tta_s_seeds"] == [40.0, 40.0]
+    assert "ultralytics_tta_s" not in rows["e2e"]  # it validates NMS only while training
+    assert "| detect | vsynth-small | nms |" in seeds.seed_table(list(rows.values()))
+
+
+def test_merge_keeps_rows_of_other_sets_and_replaces_the_same_task_set_and_seeds(
+    tmp_path: Path,
+) -> None:
+    acc = _load("peer_accuracy")
+    row = {"task": "detect", "path": "e2e", "metric": "mAP50-95"}
+    files = []
+    for k, rows in enumerate(
+        [
+            [{**row, "set": "hard", "seed": 0, "lucid": 1.0}],
+            [{**row, "set": "vsynth-small", "seeds": [0, 1, 2], "epochs": 20, "lucid": 2.0}],
+            [{**row, "set": "vsynth-small", "seeds": [0, 1, 2], "epochs": 20, "lucid": 3.0}],
+        ]
+    ):
+        files.append(tmp_path / f"{k}.json")
+        files[-1].write_text(json.dumps({"date": f"2026-12-0{k + 1}", "rows": rows}))
+    acc.merge(files, tmp_path / "out.json")
+    merged = json.loads((tmp_path / "out.json").read_text())["rows"]
+    assert [(r["set"], r["lucid"], r["source"]) for r in merged] == [
+        ("hard", 1.0, "0.json"),
+        ("vsynth-small", 3.0, "2.json"),
+    ]
+
+
+@pytest.mark.parametrize("name", ["vsynth-small", "skimage-shapes"])
+def test_a_heldout_set_builds_the_same_from_its_seed_with_every_class_annotated(
+    name: str, tmp_path: Path
+) -> None:
+    pytest.importorskip(
+        {"vsynth-small": "synth_datasets", "skimage-shapes": "skimage"}[name],
+        reason="the dependency group 'heldout' is not installed",
+    )
+    sets = _load("heldout_sets")
+    first = sets.build(tmp_path / "a", name, seed=3, train=12, val=6)
+    again = sets.build(tmp_path / "b", name, seed=3, train=12, val=6)
+    for split in ("train", "val"):
+        a = (first / "annotations" / f"{split}.json").read_text()
+        assert a == (again / "annotations" / f"{split}.json").read_text()
+        names = sorted(p.name for p in (first / "images" / split).iterdir())
+        assert len(names) == (12 if split == "train" else 6)
+        for n in names:
+            assert (first / "images" / split / n).read_bytes() == (
+                again / "images" / split / n
+            ).read_bytes()
+        doc = json.loads(a)
+        assert {c["id"] for c in doc["categories"]} == {
+            x["category_id"] for x in doc["annotations"]
+        }
+        for ann in doc["annotations"]:
+            ring = ann["segmentation"][0]
+            xs, ys = ring[0::2], ring[1::2]
+            x, y, w, h = ann["bbox"]
+            assert (min(xs), min(ys), max(xs), max(ys)) == pytest.approx((x, y, x + w, y + h))
+    other = sets.build(tmp_path / "c", name, seed=4, train=12, val=6)
+    assert (other / "annotations" / "val.json").read_text() != (
+        first / "annotations" / "val.json"
+    ).read_text()
