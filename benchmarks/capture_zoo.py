@@ -104,6 +104,9 @@ def parity_case(entry: ZooModel, precision: str, accumulate: int) -> dict[str, A
         math_attention=math_attention,
         expected=entry.expect.value if entry.expect else "replay",
         warnings=sorted({str(w.message)[:300] for w in caught if w.category is CaptureWarning}),
+        nondeterministic_ops=sorted(
+            {str(w.message)[:160] for w in caught if "deterministic" in str(w.message)}
+        ),
         seconds=round(time.perf_counter() - start, 2),
     )
     expected_reason = entry.expect.value if entry.expect else None
@@ -112,74 +115,73 @@ def parity_case(entry: ZooModel, precision: str, accumulate: int) -> dict[str, A
     return row
 
 
-def speed_arm(
-    entry: ZooModel, precision: str, batch: int, capture: bool, steps: int
-) -> dict[str, Any]:
+def speed_cases(entry: ZooModel, precision: str, steps: int) -> list[dict[str, Any]]:
+    """Eager and replayed step time at each of ``SPEED_BATCHES``, on one model and optimizer
+    (the state a timed step trains into does not change its time): eager, then a fresh
+    recorder for the replayed arm, released before the next batch size."""
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = entry.build(entry.speed_size).cuda().train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
     scaler = torch.amp.GradScaler("cuda") if precision == "16-mixed" else None
-    wrapped = wrap(entry, model, capture)
-    data = to_device(entry.batch(batch, entry.speed_size, torch.Generator().manual_seed(0)), "cuda")
+    results = []
+    for batch in SPEED_BATCHES:
+        g = torch.Generator().manual_seed(0)
+        data = to_device(entry.batch(batch, entry.speed_size, g), "cuda")
+        arms: dict[bool, dict[str, Any]] = {}
+        for capture in (False, True):
+            wrapped = wrap(entry, model, capture)
 
-    def step() -> None:
-        with autocast(precision):
-            loss = objective(wrapped, data)
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+            def step(wrapped: Any = wrapped, data: Any = data) -> None:
+                with autocast(precision):
+                    loss = objective(wrapped, data)
+                (scaler.scale(loss) if scaler is not None else loss).backward()
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
 
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    begin = time.perf_counter()
-    step()  # the recording, for the capture arm
-    torch.cuda.synchronize()
-    first_s = time.perf_counter() - begin
-    for _ in range(3):
-        step()
-    ms = median_step_ms(step, steps)
-    result = {
-        "ms": ms,
-        "first_step_s": first_s,
-        "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "replays": sum(r.stats.replays for r in wrapped.recorders),
-        "eager_calls": sum(r.stats.eager_calls for r in wrapped.recorders),
-    }
-    for recorder in wrapped.recorders:
-        recorder.release()
-    return result  # the caller frees the arm's model and recordings (gc, empty_cache)
-
-
-def _free() -> None:
-    gc.collect()
-    torch.cuda.empty_cache()
-
-
-def speed_case(entry: ZooModel, precision: str, batch: int, steps: int) -> dict[str, Any]:
-    eager = speed_arm(entry, precision, batch, capture=False, steps=steps)
-    _free()
-    replay = speed_arm(entry, precision, batch, capture=True, steps=steps)
-    _free()
-    return {
-        "model": entry.name,
-        "precision": precision,
-        "batch": batch,
-        "input": entry.speed_size,
-        "eager_ms": eager["ms"],
-        "replay_ms": replay["ms"],
-        "speedup": eager["ms"] / replay["ms"],
-        "recording_s": replay["first_step_s"],
-        "eager_first_step_s": eager["first_step_s"],
-        "eager_peak_gib": eager["peak_gib"],
-        "replay_peak_gib": replay["peak_gib"],
-        "all_replayed": replay["eager_calls"] == 0 and replay["replays"] > 0,
-    }
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            begin = time.perf_counter()
+            step()  # the recording, in the replayed arm
+            torch.cuda.synchronize()
+            first_s = time.perf_counter() - begin
+            for _ in range(2):
+                step()
+            arms[capture] = {
+                "ms": median_step_ms(step, steps),
+                "first_step_s": first_s,
+                "peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+                "replays": sum(r.stats.replays for r in wrapped.recorders),
+                "eager_calls": sum(r.stats.eager_calls for r in wrapped.recorders),
+            }
+            for recorder in wrapped.recorders:
+                recorder.release()
+            del wrapped, step
+            gc.collect()
+        eager, replay = arms[False], arms[True]
+        results.append(
+            {
+                "model": entry.name,
+                "precision": precision,
+                "batch": batch,
+                "input": entry.speed_size,
+                "eager_ms": eager["ms"],
+                "replay_ms": replay["ms"],
+                "speedup": eager["ms"] / replay["ms"],
+                "recording_s": replay["first_step_s"],
+                "eager_first_step_s": eager["first_step_s"],
+                "eager_peak_gib": eager["peak_gib"],
+                "replay_peak_gib": replay["peak_gib"],
+                "all_replayed": replay["eager_calls"] == 0 and replay["replays"] > 0,
+            }
+        )
+        del data
+    return results  # the caller frees the model (gc, empty_cache)
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -359,20 +361,23 @@ def main() -> None:
                 entry.speed and row["accumulate"] == 1 and row["outcome"] == "replayed, bitwise"
             ):
                 continue
-            for batch in SPEED_BATCHES:
-                if late():
-                    break
-                try:
-                    speed = speed_case(entry, row["precision"], batch, args.steps)
-                except Exception as error:
-                    print(f"speed {entry.name} {row['precision']} {batch}: {error}", flush=True)
-                    with contextlib.suppress(Exception):
-                        torch.cuda.empty_cache()
-                    continue
-                speeds.append(speed)
+            if late():
+                break
+            try:
+                measured = speed_cases(entry, row["precision"], args.steps)
+            except Exception as error:
+                print(f"speed {entry.name} {row['precision']}: {error}", flush=True)
+                with contextlib.suppress(Exception):
+                    torch.cuda.empty_cache()
+                continue
+            gc.collect()
+            torch.cuda.empty_cache()
+            speeds += measured
+            for speed in measured:
                 said = f"{speed['eager_ms']:.1f} -> {speed['replay_ms']:.1f} ms"
-                print(f"[{time.perf_counter() - start:6.1f}s] speed {entry.name} b{batch}: {said}")
-                write(args.out, meta, rows, speeds)
+                case = f"{entry.name} {speed['precision']} b{speed['batch']}"
+                print(f"[{time.perf_counter() - start:6.1f}s] speed {case}: {said}", flush=True)
+            write(args.out, meta, rows, speeds)
     meta["seconds"] = round(time.perf_counter() - start, 1)
     meta["speedup_median"] = statistics.median([s["speedup"] for s in speeds]) if speeds else None
     write(args.out, meta, rows, speeds)

@@ -20,7 +20,11 @@ from lucid_testing.mutations import apply_mutation
 
 
 @contextlib.contextmanager
-def _no_restore(buffers: Sequence[torch.Tensor], device: torch.device) -> Iterator[None]:
+def _no_restore(
+    buffers: Sequence[torch.Tensor],
+    device: torch.device,
+    generators: Sequence[torch.Generator] = (),
+) -> Iterator[None]:
     yield
 
 

@@ -37,6 +37,18 @@ def test_a_refused_capture_is_named_by_its_cause(text: str, reason: Reason) -> N
     assert failure_reason(RuntimeError(text)) is reason
 
 
+@pytest.mark.parametrize(("text", "reason"), REFUSALS.items())
+def test_the_cause_is_read_under_the_error_a_capture_raises_at_its_end(
+    text: str, reason: Reason
+) -> None:
+    """A CUDA call that fails under capture invalidates it, and ``capture_end`` raises again
+    over the error that named the cause (``__context__``)."""
+    outer = RuntimeError("CUDA error: operation failed due to a previous error during capture")
+    outer.__context__ = RuntimeError(text)
+    expected = Reason.HOST_SYNC if reason is Reason.CAPTURE_FAILED else reason
+    assert failure_reason(outer) is expected
+
+
 def test_a_host_draw_is_named_host_rng() -> None:
     assert failure_reason(HostRandomnessError("drew")) is Reason.HOST_RNG
 

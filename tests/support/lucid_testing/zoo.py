@@ -157,13 +157,14 @@ class BertForMaskedTokens(nn.Module):
 
 def _masked_token_loss(model: nn.Module) -> Loss:
     """Cross-entropy at each sequence's masked positions, padded to ``MASKED`` rows with a
-    validity mask. Positions are picked by a one-hot matmul (deterministic) instead of ``gather``
-    (whose backward adds with atomics)."""
+    validity mask. Positions are picked by a one-hot matmul, built by comparison: ``gather``'s
+    backward adds with atomics, ``one_hot`` scatters."""
 
     def loss(
         hidden: torch.Tensor, positions: torch.Tensor, labels: torch.Tensor, valid: torch.Tensor
     ) -> torch.Tensor:
-        pick = F.one_hot(positions, hidden.shape[1]).to(hidden.dtype)  # (B, K, T)
+        tokens = torch.arange(hidden.shape[1], device=hidden.device)
+        pick = (positions.unsqueeze(-1) == tokens).to(hidden.dtype)  # (B, K, T)
         logits = model.decoder(model.head(pick @ hidden)).float()  # (B, K, V)
         ce = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="none")
         mask = valid.flatten().float()
@@ -308,12 +309,6 @@ ZOO: dict[str, ZooModel] = {
         ZooModel("efficientnet_b0", "timm", _timm("efficientnet_b0", drop_rate=0.2,
                  drop_path_rate=0.2), _classes_batch, _cross_entropy,
                  note="dropout 0.2, stochastic depth 0.2, BatchNorm"),
-        ZooModel("bert_base_encoder", "torch.nn", BertForMaskedTokens, _masked_batch,
-                 _masked_token_loss, parity_size=128, speed_size=128,
-                 network=lambda m: m.encoder, padded=(1, 2, 3), capacity=MASKED,
-                 loss_module=_heads,
-                 note="BERT-base (110 M), dropout 0.1; masked-token loss over ragged targets "
-                 "in a LossRecorder"),
         ZooModel("layerdrop_encoder", "torch.nn", lambda n: LayerDropEncoder(), _vectors_batch,
                  _cross_entropy, parity_size=32, expect=Reason.HOST_RNG, speed=False,
                  note="layers skipped by torch.rand([]) on the host (HF layerdrop)"),
@@ -334,6 +329,12 @@ ZOO: dict[str, ZooModel] = {
         ZooModel("resnet18_python_hook", "torchvision", _hooked_resnet18, _classes_batch,
                  _cross_entropy, expect=Reason.HOOKS, speed=False,
                  note="a forward hook with Python state (an output ramp) on layer4"),
+        ZooModel("bert_base_encoder", "torch.nn", BertForMaskedTokens, _masked_batch,
+                 _masked_token_loss, parity_size=128, speed_size=128,
+                 network=lambda m: m.encoder, padded=(1, 2, 3), capacity=MASKED,
+                 loss_module=_heads,
+                 note="BERT-base (110 M), dropout 0.1; masked-token loss over ragged targets "
+                 "in a LossRecorder"),
     ]
 }  # fmt: skip
 

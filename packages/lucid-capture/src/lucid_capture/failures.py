@@ -35,16 +35,27 @@ _SYNC = (
 )
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and the errors it was raised during, the original last: a capture that a CUDA
+    call invalidated raises again at its end, over the error that named the cause."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return chain
+
+
 def failure_reason(error: BaseException) -> Reason:
     """The reason code of an exception raised while recording."""
-    if isinstance(error, HostRandomnessError):
+    chain = _chain(error)
+    if any(isinstance(e, HostRandomnessError) for e in chain):
         return Reason.HOST_RNG
-    text = str(error)
-    if _CPU_COPY in text:
+    texts = [str(e) for e in chain]
+    if any(_CPU_COPY in text for text in texts):
         return Reason.CPU_TENSOR
-    if _UNREGISTERED in text:
+    if any(_UNREGISTERED in text for text in texts):
         return Reason.UNREGISTERED_RNG
-    if any(mark in text for mark in _SYNC):
+    if any(mark in text for text in texts for mark in _SYNC):
         return Reason.HOST_SYNC
     return Reason.CAPTURE_FAILED
 
@@ -56,7 +67,7 @@ def caller_line(error: BaseException) -> str:
     """``file:line in function`` of the innermost frame outside torch and lucid-capture, or ``""``.
 
     That is the line of the user's model that did what the capture refused."""
-    frames = traceback.extract_tb(error.__traceback__)
+    frames = traceback.extract_tb(_chain(error)[-1].__traceback__)
     for frame in reversed(frames):
         if not frame.filename.startswith(_OURS):
             return f"{frame.filename}:{frame.lineno} in {frame.name}"
