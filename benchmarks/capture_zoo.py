@@ -16,7 +16,10 @@ lucid-capture bug). Then, for every model and precision whose accumulation-1 cas
 bitwise, the step time eager and replayed at batch 16 and 64 (median of ``--steps`` steps, CUDA
 events), the first replayed step's wall time (recording: warm-up, capture, first backward
 recording) and each arm's peak memory. ``capture-zoo.json`` and ``capture-zoo.md`` are rewritten
-after every case, so a run cut short keeps what it measured.
+after every case, so a run cut short keeps what it measured. Each model's parity cases run in a
+process of their own: a model that crashes the interpreter (a segfault in a kernel) leaves its
+remaining cases as ``crashed (<signal>)`` rows, with the Python stack faulthandler printed, and
+the zoo goes on.
 """
 
 from __future__ import annotations
@@ -27,9 +30,14 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before CUDA start
 
 import argparse
 import contextlib
+import faulthandler
 import gc
 import json
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -65,7 +73,9 @@ def outcome(eager: dict[str, int], replays: int, diffs: list[str], control: list
     return "DIVERGED" if replays else f"eager ({reasons}), not bitwise"
 
 
-def parity_case(entry: ZooModel, precision: str, accumulate: int) -> dict[str, Any]:
+def parity_case(
+    entry: ZooModel, precision: str, accumulate: int, device: str = "cuda"
+) -> dict[str, Any]:
     start = time.perf_counter()
     row: dict[str, Any] = {
         "model": entry.name,
@@ -77,16 +87,17 @@ def parity_case(entry: ZooModel, precision: str, accumulate: int) -> dict[str, A
     math_attention = False
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CaptureWarning)
-        eager = train(entry, capture=False, precision=precision, accumulate=accumulate)
-        replay = train(entry, capture=True, precision=precision, accumulate=accumulate)
+        case = {"precision": precision, "accumulate": accumulate, "device": device}
+        eager = train(entry, capture=False, **case)  # type: ignore[arg-type]
+        replay = train(entry, capture=True, **case)  # type: ignore[arg-type]
         diffs = differences(eager, replay)
         control: list[str] = []
         if diffs:  # is eager itself reproducible here?
-            again = train(entry, capture=False, precision=precision, accumulate=accumulate)
+            again = train(entry, capture=False, **case)  # type: ignore[arg-type]
             control = differences(eager, again)
             if control:  # a fused attention backward may add in any order: try the math kernel
                 math_attention = True
-                kw = {"precision": precision, "accumulate": accumulate, "math_attention": True}
+                kw = case | {"math_attention": True}
                 eager = train(entry, capture=False, **kw)  # type: ignore[arg-type]
                 replay = train(entry, capture=True, **kw)  # type: ignore[arg-type]
                 diffs = differences(eager, replay)
@@ -253,8 +264,9 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]], speeds: list[dict[s
             "## Step time, recording time and memory",
             "",
             "One step: forward under autocast, loss, (scaled) backward, AdamW step, `zero_grad`; "
-            f"median of {meta['steps']} steps after three warm-up steps. *Recording* is the first"
-            " replayed step's wall time (three warm-up passes, the forward capture, the first "
+            f"median of {meta['steps']} steps after three untimed ones (the first records). "
+            "Both arms train the same model in turn. *Recording* is the first replayed step's wall "
+            "time (three warm-up passes, the forward capture, the first "
             "backward's capture); *peak* is `max_memory_allocated` over the arm, weights and "
             "optimizer state included. TF32 off, cuDNN defaults.",
             "",
@@ -268,6 +280,8 @@ def render(meta: dict[str, Any], rows: list[dict[str, Any]], speeds: list[dict[s
                 f"{s['eager_ms']:.2f} | {s['replay_ms']:.2f} | {s['speedup']:.2f}x | "
                 f"{s['recording_s']:.2f} | {s['eager_peak_gib']:.2f} | {s['replay_peak_gib']:.2f} |"
             )
+    if meta.get("notes"):
+        lines += ["", "## What this run did not finish", "", meta["notes"].strip()]
     lines += ["", "## Reason codes met", ""]
     met = sorted({k for r in rows for k in r["eager_calls"]})
     for code in met:
@@ -286,6 +300,47 @@ def write(
     (out / "capture-zoo.md").write_text(render(meta, rows, speeds))
 
 
+def parity_in_child(name: str, args: argparse.Namespace, seconds: float) -> list[dict[str, Any]]:
+    """``name``'s parity cases in a child process; cases a crash left undone become rows."""
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, __file__, "--phase", "parity", "--in-process", "--models", name]
+        command += ["--out", out, "--commit", args.commit, "--deadline", str(max(seconds, 0.0))]
+        command += ["--device", args.device]
+        child = subprocess.run(command, stderr=subprocess.PIPE, text=True, check=False)
+        found = Path(out) / "capture-zoo.json"
+        rows: list[dict[str, Any]] = (
+            json.loads(found.read_text())["cases"] if found.exists() else []
+        )
+    if child.returncode == 0:
+        return rows
+    code = child.returncode
+    why = f"crashed ({signal.Signals(-code).name})" if code < 0 else f"exited {code}"
+    done = {(r["precision"], r["accumulate"]) for r in rows}
+    entry = ZOO[name]
+    for precision in PRECISIONS:
+        for accumulate in ACCUMULATIONS:
+            if (precision, accumulate) in done:
+                continue
+            rows.append(
+                {
+                    "model": name,
+                    "library": entry.library,
+                    "precision": precision,
+                    "accumulate": accumulate,
+                    "note": entry.note,
+                    "outcome": why,
+                    "bitwise": False,
+                    "replays": 0,
+                    "eager_calls": {},
+                    "differences": [],
+                    "traceback": child.stderr[child.stderr.find("Fatal Python error") :][:3000],
+                }
+            )
+            print(f"{name} {precision} acc{accumulate}: {why}", flush=True)
+            why = "not run (after the crash)" if code < 0 else why
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for capture-zoo.md/json")
@@ -297,18 +352,34 @@ def main() -> None:
     parser.add_argument("--commit", default="unknown")
     parser.add_argument(
         "--phase",
-        choices=["both", "parity", "speed"],
+        choices=["both", "parity", "speed", "render"],
         default="both",
-        help="speed: time the bitwise rows of the capture-zoo.json already in --out",
+        help="speed: time the bitwise rows of the capture-zoo.json already in --out; "
+        "render: rewrite capture-zoo.md from it",
+    )
+    parser.add_argument(
+        "--notes", type=Path, help="render: text for 'what this run did not finish'"
+    )
+    parser.add_argument(
+        "--in-process", action="store_true", help="parity without a child per model"
+    )
+    parser.add_argument(
+        "--device", default="cuda", help="cpu: a dry run of the harness (all eager)"
     )
     args = parser.parse_args()
+    faulthandler.enable()  # a crash in a kernel prints the Python stack that reached it
+    if args.phase == "render":
+        done = json.loads((args.out / "capture-zoo.json").read_text())
+        meta = done["meta"] | ({"notes": args.notes.read_text()} if args.notes else {})
+        (args.out / "capture-zoo.md").write_text(render(meta, done["cases"], done["speed"]))
+        return
     start = time.perf_counter()
     import timm
     import torchvision
 
     meta: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "timm": timm.__version__,
@@ -330,14 +401,19 @@ def main() -> None:
             return True
         return False
 
-    for name in args.models:
+    for name in args.models if not args.in_process else []:
+        if late():
+            break
+        rows += parity_in_child(name, args, args.deadline - (time.perf_counter() - start))
+        write(args.out, meta, rows, speeds)
+    for name in args.models if args.in_process else []:
         entry = ZOO[name]
         for precision in PRECISIONS:
             for accumulate in ACCUMULATIONS:
                 if late():
                     break
                 try:
-                    row = parity_case(entry, precision, accumulate)
+                    row = parity_case(entry, precision, accumulate, args.device)
                 except Exception as error:  # a harness error is a row, not the end of the run
                     row = {
                         "model": name, "library": entry.library, "precision": precision,

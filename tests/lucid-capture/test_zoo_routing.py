@@ -5,6 +5,7 @@ model through the recorder trains exactly as eager on the CPU (every call ``no C
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from lucid_capture.failures import (
     caller_line,
     failure_reason,
     host_rng_state,
+    internal,
     set_host_rng_state,
 )
 from lucid_capture.network import hooked
@@ -70,6 +72,12 @@ def test_the_line_that_refused_is_the_users() -> None:
     except RuntimeError as error:
         where = caller_line(error)
     assert where.endswith("in _users_model") and __file__ in where
+
+
+def test_a_library_beside_torch_is_the_users_code_not_torchs() -> None:
+    torch_dir = Path(torch.__file__).parent
+    assert internal(str(torch_dir / "nn" / "modules" / "conv.py"))
+    assert not internal(str(torch_dir) + "vision/models/detection/transform.py")
 
 
 def test_host_generators_are_snapshotted_and_restored_whole() -> None:

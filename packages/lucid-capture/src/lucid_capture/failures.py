@@ -8,6 +8,7 @@ comparing its state (:func:`host_rng_state`), because a capture does not refuse 
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import traceback
@@ -60,16 +61,27 @@ def failure_reason(error: BaseException) -> Reason:
     return Reason.CAPTURE_FAILED
 
 
-_OURS = (str(Path(torch.__file__).parent), str(Path(__file__).parent))
+# Folders whose frames are not the user's (with the separator: torchvision is not torch).
+_OURS = tuple(str(Path(m).parent) + os.sep for m in (torch.__file__, __file__))
+
+
+def internal(filename: str) -> bool:
+    """Whether a frame of ``filename`` is torch's or lucid-capture's (not the user's model)."""
+    return filename.startswith(_OURS)
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The error that started ``error``'s chain: the one naming what the capture refused."""
+    return _chain(error)[-1]
 
 
 def caller_line(error: BaseException) -> str:
     """``file:line in function`` of the innermost frame outside torch and lucid-capture, or ``""``.
 
     That is the line of the user's model that did what the capture refused."""
-    frames = traceback.extract_tb(_chain(error)[-1].__traceback__)
+    frames = traceback.extract_tb(root_cause(error).__traceback__)
     for frame in reversed(frames):
-        if not frame.filename.startswith(_OURS):
+        if not internal(frame.filename):
             return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return ""
 

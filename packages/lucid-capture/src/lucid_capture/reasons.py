@@ -91,7 +91,9 @@ _FIXES = {
     Reason.RECORDING_LIMIT: "remove what changes the call signature, or raise max_recordings",
     Reason.HOST_SYNC: "keep values on the device: torch.where for `if tensor:`, masks for boolean "
     "indexing and nonzero, no .item()/.cpu()/.tolist() inside the call",
-    Reason.CPU_TENSOR: "move the tensor to the GPU before the call, or create it with device=",
+    Reason.CPU_TENSOR: "move it to the GPU before the call; a tensor made from Python values "
+    "inside the call (torch.tensor(values, device=...)) is a host copy too: make it once, as a "
+    "buffer",
     Reason.HOST_RNG: "draw on the device (torch.rand(..., device=x.device)); CUDA draws advance "
     "with every replay as in eager",
     Reason.UNREGISTERED_RNG: "hand the generator to the recorder: NetworkRecorder(net, "

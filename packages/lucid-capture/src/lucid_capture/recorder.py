@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from lucid_capture.failures import caller_line, failure_reason
+from lucid_capture.failures import caller_line, failure_reason, root_cause
 from lucid_capture.reasons import Reason
 from lucid_capture.recording import Recording, record
 from lucid_capture.replay import Replay, ReplayCall
@@ -267,10 +267,10 @@ class Recorder:
             reason = self._failed = failure_reason(error)
             self._recording = None
             torch.cuda.synchronize()
-            where = caller_line(error)
+            where, cause = caller_line(error), root_cause(error)
             warnings.warn(
                 f"lucid-capture [{self.name}]: recording failed ({reason.value}), running eager "
-                f"for the rest of the fit: {type(error).__name__}: {error}"
+                f"for the rest of the fit: {type(cause).__name__}: {cause}"
                 + (f" [at {where}]" if where else ""),
                 CaptureWarning,
                 stacklevel=4,
@@ -284,8 +284,8 @@ class Recorder:
         every later call of this fit runs eager, as after a failed forward recording."""
         reason = self._failed = failure_reason(error)
         torch.cuda.synchronize()
-        where = caller_line(error)
-        detail = f"recording a backward raised {type(error).__name__}: {error}"
+        where, cause = caller_line(error), root_cause(error)
+        detail = f"recording a backward raised {type(cause).__name__}: {cause}"
         self.stats.count_eager(reason, detail + (f" at {where}" if where else ""))
 
     def _retire(self, reason: Reason) -> None:
