@@ -209,7 +209,8 @@ def gpu_env_plan(
     torch_version: str, *, forced: str | None, reachable: Callable[[], bool], uv: str | None
 ) -> GpuEnvPlan:
     """Choose the GPU session's environment (see the module docstring)."""
-    sync = ("uv", "sync", "--locked", "--no-default-groups", "--group", "dev")
+    # `zoo` brings timm for the capture zoo's GPU tests (tests/lucid-capture/test_zoo_*).
+    sync = ("uv", "sync", "--locked", "--no-default-groups", "--group", "dev", "--group", "zoo")
     sync = (*sync, "--group", TORCH_GROUPS[torch_version])
     if forced not in (None, "", "build", "current"):
         raise ValueError(f"LUCID_GPU_ENV must be 'build' or 'current', got {forced!r}")

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 import torch
 
-from lucid_capture import recorder, recording, replay
+from lucid_capture import network, recorder, recording, replay
 from lucid_capture.recorder import Recorder
 from lucid_capture.signature import CallSignature
 from lucid_capture.stats import CaptureStats
@@ -20,7 +20,11 @@ from lucid_testing.mutations import apply_mutation
 
 
 @contextlib.contextmanager
-def _no_restore(buffers: Sequence[torch.Tensor], device: torch.device) -> Iterator[None]:
+def _no_restore(
+    buffers: Sequence[torch.Tensor],
+    device: torch.device,
+    generators: Sequence[torch.Generator] = (),
+) -> Iterator[None]:
     yield
 
 
@@ -66,6 +70,12 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "rule7-failed-capture-cleanup": lambda mp: mp.setattr(recording, "_captured", _bare_capture),
     "rule8-lifecycle": _lifecycle,
     "rule9-gradient-layout": lambda mp: mp.setattr(recording, "_gradient_buffer", _output_layout),
+    # The zoo's refusals (test_zoo_parity_gpu.py): without them the draw or the hook is frozen.
+    "host-rng-refusal": lambda mp: (
+        mp.setattr(recording, "host_rng_state", lambda: ()),
+        mp.setattr(recording, "set_host_rng_state", lambda state: None),
+    ),
+    "hooks-refusal": lambda mp: mp.setattr(network, "hooked", lambda module: False),
     "accumulator-stream": lambda mp: mp.setattr(Recorder, "_accumulator_stream", lambda s: None),
     "in-place-caller-wait": lambda mp: mp.setattr(replay, "_caller_waits_for", lambda s: None),
 }

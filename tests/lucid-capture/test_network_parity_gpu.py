@@ -222,7 +222,7 @@ def test_a_backward_that_cannot_be_recorded_finishes_eagerly_and_the_fit_goes_on
     assert recorder is not None
     assert recorder.stats.replays == 1 and recorder.stats.backward_recordings == 0
     steps = len(LAYOUTS["full"])
-    assert recorder.stats.eager == {Reason.CAPTURE_FAILED: steps}  # that backward + later calls
+    assert recorder.stats.eager == {Reason.HOST_SYNC: steps}  # that backward + later calls
     # The failed capture must not leave the CUDA generator marked as capturing: the process's
     # next random op outside a graph would raise "Offset increment outside graph capture".
     assert torch.randn(4, device="cuda").isfinite().all()

@@ -121,7 +121,8 @@ def test_gpu_env_is_built_from_the_lock_where_the_registry_answers() -> None:
     plan = _plan()
     assert plan.kind == "build"
     assert plan.sync == (
-        "uv", "sync", "--locked", "--no-default-groups", "--group", "dev", "--group", "torch29"
+        "uv", "sync", "--locked", "--no-default-groups", "--group", "dev", "--group", "zoo",
+        "--group", "torch29",
     )  # fmt: skip
     assert NOXFILE.gpu_env_plan("2.11", forced=None, reachable=lambda: True, uv="uv").sync[-1] == (
         "torch211"
@@ -186,7 +187,7 @@ def test_gpu_session_says_it_builds_and_syncs_its_pair_from_the_lock(tmp_path: P
     assert "GPU environment: building" in text, text
     venv = ROOT / ".nox" / "gpu-3.13-torch2.9-uv"
     assert log.read_text().split() == [
-        str(venv), "sync", "--locked", "--no-default-groups", "--group", "dev",
+        str(venv), "sync", "--locked", "--no-default-groups", "--group", "dev", "--group", "zoo",
         "--group", "torch29", "--python", "3.13",
     ]  # fmt: skip
     assert "Skipped" in text or "skipped" in text, text

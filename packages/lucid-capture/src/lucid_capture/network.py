@@ -7,7 +7,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module
 
+from lucid_capture.reasons import Reason
 from lucid_capture.recorder import Recorder
 
 
@@ -23,6 +25,10 @@ class NetworkRecorder(Recorder):
     its backward; otherwise it runs the module eagerly and counts why (see ``stats``). The module
     in eval mode, or grad mode off, always runs eager (validation and prediction).
 
+    Python hooks on a submodule (or global module hooks) run while recording and never on replay,
+    so a module with any runs eager (reason ``hooks``) unless ``allow_hooks=True`` says that they
+    only do tensor work the graph can hold. Hooks added after the recording are not seen.
+
     Example::
 
         net = Net().cuda()
@@ -35,7 +41,14 @@ class NetworkRecorder(Recorder):
         print(graphed.summary())
     """
 
-    def __init__(self, module: nn.Module, *, name: str = "network", **options: Any) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        *,
+        name: str = "network",
+        allow_hooks: bool = False,
+        **options: Any,
+    ) -> None:
         if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
             raise ValueError(
                 f"lucid-capture [{name}]: {type(module).__name__} has hooks on its top-level "
@@ -43,6 +56,7 @@ class NetworkRecorder(Recorder):
             )
         super().__init__(module, name=name, **options)
         self.module = module
+        self.allow_hooks = allow_hooks
 
     def parameters(self) -> Sequence[torch.Tensor]:
         return tuple(self.module.parameters())
@@ -52,3 +66,24 @@ class NetworkRecorder(Recorder):
 
     def is_training(self) -> bool:
         return self.module.training
+
+    def _early_mismatch(self, args: Sequence[Any]) -> Reason | None:
+        if self._recording is None and not self.allow_hooks and hooked(self.module):
+            return Reason.HOOKS
+        return None
+
+
+_GLOBAL_HOOKS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
+_MODULE_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def hooked(module: nn.Module) -> bool:
+    """Whether a forward or backward hook would run inside ``module``'s call."""
+    if any(getattr(_module, name, None) for name in _GLOBAL_HOOKS):
+        return True
+    return any(getattr(m, name, None) for m in module.modules() for name in _MODULE_HOOKS)

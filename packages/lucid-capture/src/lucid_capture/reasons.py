@@ -24,10 +24,20 @@ class Reason(StrEnum):
     UNSUPPORTED_DTYPE = "unsupported dtype"
     CAPTURE_FAILED = "capture failed"
     RECORDING_LIMIT = "recording limit"
+    HOST_SYNC = "host sync"
+    CPU_TENSOR = "CPU tensor"
+    HOST_RNG = "host RNG"
+    UNREGISTERED_RNG = "unregistered RNG"
+    HOOKS = "hooks"
 
     @property
     def explanation(self) -> str:
         return _EXPLANATIONS[self]
+
+    @property
+    def fix(self) -> str:
+        """One line on how to make the call replay, or ``""`` where eager is the intended route."""
+        return _FIXES.get(self, "")
 
 
 _EXPLANATIONS = {
@@ -50,6 +60,46 @@ _EXPLANATIONS = {
     Reason.UNSUPPORTED_DTYPE: "an input's dtype cannot be recorded (complex, sparse or meta)",
     Reason.CAPTURE_FAILED: "recording raised; the recorder retired for the rest of the fit",
     Reason.RECORDING_LIMIT: "this recorder already made its maximum number of recordings",
+    Reason.HOST_SYNC: "recording raised: the call waits on the device or reads a device value "
+    "on the host (.item(), `if tensor:`, nonzero, boolean indexing), which a CUDA graph cannot "
+    "hold; the recorder runs eager for the rest of the fit",
+    Reason.CPU_TENSOR: "a tensor lives on the CPU: an argument beside CUDA ones, or one the call "
+    "copies to the GPU while recorded (a graph would replay the first copy's values)",
+    Reason.HOST_RNG: "the recorded call drew from a host generator (torch's CPU generator, "
+    "`random` or numpy): the graph would replay that one draw every step; eager for the fit",
+    Reason.UNREGISTERED_RNG: "the call draws from a CUDA generator other than the default one, "
+    "which the recording was not told about; eager for the fit",
+    Reason.HOOKS: "a submodule (or a global module hook) has Python forward or backward hooks, "
+    "which run once at recording and never on replay",
+}
+
+_FIXES = {
+    Reason.NO_CUDA: "move the module and its inputs to a CUDA device",
+    Reason.PENDING_BACKWARD: "run each forward's backward before the next forward through the same "
+    "recorder",
+    Reason.SHAPE: "keep batches one shape (drop_last=True, pad to a fixed size); a partial last "
+    "batch running eager is expected",
+    Reason.DTYPE: "cast inputs to one dtype before the call",
+    Reason.LAYOUT: "give inputs one memory layout every call (.contiguous() or channels_last)",
+    Reason.DEVICE: "keep every input on one device",
+    Reason.REQUIRES_GRAD: "set requires_grad the same way on every call",
+    Reason.AUTOCAST: "call under one autocast state, or use one recorder per precision",
+    Reason.ARGUMENTS: "pass values that change between calls as tensors, not Python values",
+    Reason.PARAMETERS_SWAPPED: "load weights in place: load_state_dict without assign=True",
+    Reason.OVER_CAPACITY: "raise capacity to the largest padded row count you expect",
+    Reason.CAPTURE_FAILED: "read the warning's error and the source line it names",
+    Reason.RECORDING_LIMIT: "remove what changes the call signature, or raise max_recordings",
+    Reason.HOST_SYNC: "keep values on the device: torch.where for `if tensor:`, masks for boolean "
+    "indexing and nonzero, no .item()/.cpu()/.tolist() inside the call",
+    Reason.CPU_TENSOR: "move it to the GPU before the call; a tensor made from Python values "
+    "inside the call (torch.tensor(values, device=...)) is a host copy too: make it once, as a "
+    "buffer",
+    Reason.HOST_RNG: "draw on the device (torch.rand(..., device=x.device)); CUDA draws advance "
+    "with every replay as in eager",
+    Reason.UNREGISTERED_RNG: "hand the generator to the recorder: NetworkRecorder(net, "
+    "generators=[g])",
+    Reason.HOOKS: "remove the hooks while training, or pass allow_hooks=True if they only do "
+    "tensor work (no Python state, no side effects)",
 }
 
 # Reasons that are the normal course of training rather than a lost replay: counted, not warned.

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from lucid_capture.failures import caller_line, failure_reason, root_cause
 from lucid_capture.reasons import Reason
 from lucid_capture.recording import Recording, record
 from lucid_capture.replay import Replay, ReplayCall
@@ -88,6 +89,9 @@ class Recorder:
             the parameters' only source of gradient in a backward and no C++ hook watches
             their accumulation (``DistributedDataParallel``); parameters with Python hooks
             keep autograd's path (``replay.write_grads``).
+        generators: CUDA generators ``fn`` draws from besides the device's default one (which
+            every graph knows); registered with each recording so replays advance them as eager
+            draws would. A draw from one not listed refuses the recording (``unregistered RNG``).
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class Recorder:
         max_recordings: int = 4,
         enabled: bool = True,
         grads_in_place: bool = False,
+        generators: Sequence[torch.Generator] = (),
     ) -> None:
         if warmup_iters < 1:
             raise ValueError(f"warmup_iters must be at least 1, got {warmup_iters}")
@@ -114,11 +119,12 @@ class Recorder:
         self.max_recordings = max_recordings
         self.enabled = enabled
         self.grads_in_place = grads_in_place
+        self.generators = tuple(generators)
         self.stats = CaptureStats(name)
         self._recording: Recording | None = None
         self._stream: torch.cuda.Stream | None = None
         self._pending: int | None = None
-        self._failed = False
+        self._failed: Reason | None = None  # why recording raised, for the rest of the fit
 
     # -- public ---------------------------------------------------------------------------
 
@@ -150,7 +156,7 @@ class Recorder:
         """Free the recording and its memory pool and zero the counters (a new fit starts here)."""
         self.release()
         self.stats.reset()
-        self._failed = False
+        self._failed = None
 
     def release(self) -> None:
         """Free the recording and its memory pool, keeping the counters. Waits for the device
@@ -189,16 +195,19 @@ class Recorder:
         if not self.enabled:
             return Reason.DISABLED
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        if not torch.cuda.is_available() or not tensors or not tensors[0].is_cuda:
+        cuda = [t for t in tensors if t.is_cuda]
+        if not torch.cuda.is_available() or not cuda:
             return Reason.NO_CUDA
-        if any(t.device != tensors[0].device for t in tensors):
+        if any(t.device.type == "cpu" for t in tensors):
+            return Reason.CPU_TENSOR
+        if any(t.device != cuda[0].device for t in tensors):
             return Reason.DEVICE
         if not torch.is_grad_enabled() or not self.is_training():
             return Reason.INFERENCE
         if self._pending is not None:  # rule 2: the hold
             return Reason.PENDING_BACKWARD
-        if self._failed:
-            return Reason.CAPTURE_FAILED
+        if self._failed is not None:
+            return self._failed
         if unsupported(args):
             return Reason.UNSUPPORTED_DTYPE
         reason = self._early_mismatch(call)
@@ -252,28 +261,32 @@ class Recorder:
                 tuple(self.buffers()),
                 stream=self._stream,
                 warmup_iters=self.warmup_iters,
+                generators=self.generators,
             )
         except Exception as error:  # a failed capture can leave the context unusable: stop here
-            self._failed = True
+            reason = self._failed = failure_reason(error)
             self._recording = None
             torch.cuda.synchronize()
+            where, cause = caller_line(error), root_cause(error)
             warnings.warn(
-                f"lucid-capture [{self.name}]: recording failed, running eager for the rest of "
-                f"the fit: {type(error).__name__}: {error}",
+                f"lucid-capture [{self.name}]: recording failed ({reason.value}), running eager "
+                f"for the rest of the fit: {type(cause).__name__}: {cause}"
+                + (f" [at {where}]" if where else ""),
                 CaptureWarning,
                 stacklevel=4,
             )
-            return Reason.CAPTURE_FAILED
+            return reason
         self.stats.recordings += 1
         return None
 
     def _backward_failed(self, error: Exception) -> None:
         """A backward recording raised (inside a replayed backward, which then finishes eagerly):
         every later call of this fit runs eager, as after a failed forward recording."""
-        self._failed = True
+        reason = self._failed = failure_reason(error)
         torch.cuda.synchronize()
-        detail = f"recording a backward raised {type(error).__name__}: {error}"
-        self.stats.count_eager(Reason.CAPTURE_FAILED, detail)
+        where, cause = caller_line(error), root_cause(error)
+        detail = f"recording a backward raised {type(cause).__name__}: {cause}"
+        self.stats.count_eager(reason, detail + (f" at {where}" if where else ""))
 
     def _retire(self, reason: Reason) -> None:
         assert self._recording is not None
@@ -328,5 +341,5 @@ class Recorder:
                 clone.__dict__[key] = CaptureStats(self.name)
             else:
                 clone.__dict__[key] = copy.deepcopy(value, memo)
-        clone._failed = False
+        clone._failed = None
         return clone

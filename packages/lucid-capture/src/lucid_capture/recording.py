@@ -7,7 +7,13 @@ The procedure holds the capture rules that concern *making* a recording:
   off, as eager ``loss.backward()`` runs outside Lightning's autocast context.
 - **Warm-up hygiene (rule 5).** Warm-up runs real forwards and backwards (``autograd.grad``, so
   no ``.grad`` is touched); they advance BatchNorm buffers and RNG state. Both are snapshotted
-  before and restored after, in place, so the first replay starts where eager would.
+  before and restored after, in place, so the first replay starts where eager would. That covers
+  the CUDA generators the graph draws from (the default one and any handed to the recorder) and
+  the host ones (torch's CPU generator, ``random``, numpy's) a model may draw from in Python.
+- **Randomness.** A CUDA draw inside a graph reads the generator's seed and offset from device
+  memory, and each replay advances the offset by the graph's draws: replays draw what eager would.
+  A host draw while recording is baked into the graph as one constant (a layer skipped or kept
+  for ever), so a recording that moved a host generator is refused (``host RNG``).
 - **Reach (rule 6).** For each differentiable output, the set of gradient targets it reaches is
   measured in warm-up, so a backward in which the loss left an output unread can hand back ``None``
   exactly where eager autograd would, instead of the graph's zeros.
@@ -35,6 +41,7 @@ from typing import Any
 
 import torch
 
+from lucid_capture.failures import HostRandomnessError, host_rng_state, set_host_rng_state
 from lucid_capture.signature import CallSignature, parameter_identity
 from lucid_capture.tree import Rebuild, flatten
 
@@ -77,6 +84,7 @@ class Recording:
     target_tensors: list[torch.Tensor]
     pool: Any
     stream: torch.cuda.Stream
+    generators: tuple[torch.Generator, ...] = ()
     backwards: dict[GradLayout, Backward] = field(default_factory=dict)
     generation: int = 0  # replays so far; a backward must belong to the latest
 
@@ -124,13 +132,21 @@ def _gc_held() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _captured(graph: torch.cuda.CUDAGraph, pool: Any, stream: torch.cuda.Stream) -> Iterator[None]:
-    """``torch.cuda.graph`` that leaves the CUDA random generators usable when capture fails.
+def _captured(
+    graph: torch.cuda.CUDAGraph,
+    pool: Any,
+    stream: torch.cuda.Stream,
+    generators: Sequence[torch.Generator] = (),
+) -> Iterator[None]:
+    """``torch.cuda.graph`` that leaves the CUDA random generators usable when capture fails,
+    with ``generators`` (besides the default one) registered so that replays advance them.
 
     A capture that raises never reaches the generators' capture epilogue: each stays marked as
     capturing, and the process's next random op outside a graph raises "Offset increment outside
     graph capture". One empty capture runs the prologue/epilogue pair again and clears the mark;
     the eager offset is untouched (a capture counts its draws apart from it)."""
+    for generator in generators:
+        graph.register_generator_state(generator)
     try:
         with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
             yield
@@ -164,19 +180,27 @@ def _saved_by_address() -> contextlib.AbstractContextManager[Any]:
 
 
 @contextlib.contextmanager
-def preserved_state(buffers: Sequence[torch.Tensor], device: torch.device) -> Iterator[None]:
-    """Restore ``buffers`` (in place: graphs hold their addresses) and RNG state on exit."""
+def preserved_state(
+    buffers: Sequence[torch.Tensor],
+    device: torch.device,
+    generators: Sequence[torch.Generator] = (),
+) -> Iterator[None]:
+    """Restore ``buffers`` (in place: graphs hold their addresses) and RNG state on exit: the
+    host generators, the device's default CUDA generator and ``generators``."""
     saved = [b.detach().clone() for b in buffers]
-    cpu_rng = torch.get_rng_state()
+    host_rng = host_rng_state()
     cuda_rng = torch.cuda.get_rng_state(device)
+    own_rng = [g.get_state() for g in generators]
     try:
         yield
     finally:
         with torch.no_grad():
             for buf, value in zip(buffers, saved, strict=True):
                 buf.copy_(value)
-        torch.set_rng_state(cpu_rng)
+        set_host_rng_state(host_rng)
         torch.cuda.set_rng_state(cuda_rng, device)
+        for generator, state in zip(generators, own_rng, strict=True):
+            generator.set_state(state)
 
 
 def _static_copy(t: torch.Tensor) -> torch.Tensor:
@@ -193,6 +217,7 @@ def record(
     *,
     stream: torch.cuda.Stream,
     warmup_iters: int,
+    generators: Sequence[torch.Generator] = (),
 ) -> Recording:
     """Warm up, then record ``fn(*args)``'s forward; state is left as it was found.
 
@@ -212,7 +237,8 @@ def record(
         with forward_context(signature):
             return flatten(fn(*static_args))
 
-    with preserved_state(buffers, device), torch.cuda.device(device):
+    generators = tuple(generators)
+    with preserved_state(buffers, device, generators), torch.cuda.device(device):
         stream.wait_stream(torch.cuda.current_stream())
         reach: list[frozenset[int]] = []
         with torch.cuda.stream(stream):
@@ -233,8 +259,15 @@ def record(
         pool = torch.cuda.graph_pool_handle()
         forward_graph = torch.cuda.CUDAGraph()
         with _gc_held():
-            with _captured(forward_graph, pool, stream), _saved_by_address():
+            host_rng = host_rng_state()
+            with _captured(forward_graph, pool, stream, generators), _saved_by_address():
                 outs, rebuild = run_forward()
+            if host_rng_state() != host_rng:
+                forward_graph.reset()
+                raise HostRandomnessError(
+                    "the recorded call drew from a host random generator (torch's CPU "
+                    "generator, random or numpy); a replay would repeat that draw"
+                )
             differentiable = [i for i, o in enumerate(outs) if o.requires_grad]
             if not target_tensors:
                 differentiable = []
@@ -258,6 +291,7 @@ def record(
         target_tensors=target_tensors,
         pool=pool,
         stream=stream,
+        generators=generators,
     )
 
 
@@ -305,7 +339,10 @@ def record_backward(rec: Recording, grads: Sequence[torch.Tensor | None]) -> Bac
         with torch.cuda.stream(rec.stream), backward_context(rec.signature):
             _retained_grad(rec, rec.graph_outputs, views)
         torch.cuda.synchronize(device)
-        with _captured(graph, rec.pool, rec.stream), backward_context(rec.signature):
+        with (
+            _captured(graph, rec.pool, rec.stream, rec.generators),
+            backward_context(rec.signature),
+        ):
             static_grads = _retained_grad(rec, rec.graph_outputs, views)
         torch.cuda.synchronize(device)
     return Backward(graph, buffers, zeros, static_grads)

@@ -33,7 +33,9 @@ class CaptureStats:
             return
         self._warned.add(reason)
         message = f"lucid-capture [{self.name}]: ran eager ({reason.value}): {reason.explanation}"
-        warnings.warn(message + (f" [{detail}]" if detail else ""), CaptureWarning, stacklevel=3)
+        message += f" [{detail}]" if detail else ""
+        message += f"; fix: {reason.fix}" if reason.fix else ""
+        warnings.warn(message, CaptureWarning, stacklevel=3)
 
     def retire(self, reason: Reason) -> None:
         """A recording was dropped for ``reason``; the next eligible call records anew."""
