@@ -35,6 +35,7 @@ from PIL import Image, ImageDraw
 
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.datamodule import LucidDataModule
+from lucid_train.data.dataset import MOSAIC_POOLS
 from lucid_train.data.transport import collate
 
 
@@ -79,6 +80,7 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     dm = LucidDataModule(
         args.task, root, img_size=args.size, batch_size=args.batch, num_workers=args.workers,
         augment=augment, persistent_workers=True, render=args.render, decode=args.decode,
+        mosaic_pool=args.mosaic_pool,
     )  # fmt: skip
     dm.setup("fit")
     torch.set_num_threads(1)
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     where = "device" if torch.cuda.is_available() else "cpu"
     parser.add_argument("--render", default=where, choices=["cpu", "device"])
     parser.add_argument("--decode", default=where, choices=["cpu", "device"])
+    parser.add_argument("--mosaic-pool", default="buffer", choices=list(MOSAIC_POOLS))
     parser.add_argument(
         "--source", type=Path, default=None, help="an existing COCO-layout set instead"
     )
@@ -145,6 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     result.update(
         task=args.task, size=args.size, batch=args.batch, workers=args.workers, cpus=os.cpu_count(),
         mixup=args.mixup, copy_paste=args.copy_paste, render=args.render, decode=args.decode,
+        mosaic_pool=args.mosaic_pool,
         mean_jpeg_kb=mean_kb, torch=torch.__version__,
         python=platform.python_version(), cuda=torch.cuda.is_available(),
     )  # fmt: skip

@@ -22,9 +22,11 @@ from torch.utils.data import DataLoader
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.coco import coco_document
 from lucid_train.data.dataset import (
+    MOSAIC_POOLS,
     WORKER_NICE,
     EpochSampler,
     EvalDataset,
+    MosaicPool,
     TrainDataset,
     worker_init,
 )
@@ -76,6 +78,9 @@ class LucidDataModule(L.LightningDataModule):
             the same bits either way (assumptions.md D18).
         decode: with device rendering, ``device`` leaves JPEG files to the device decoder
             (nvJPEG), ``cpu`` decodes in the workers; ``auto`` follows ``render``.
+        mosaic_pool: where mosaic partners come from (assumptions.md D23): ``buffer``, the
+            authors' rule, the images of the last ``min(n, 8 batch, 1000) - 1`` epoch positions
+            (mixup partners from the whole split); ``batch``, the sample's own batch (mixup too).
     """
 
     def __init__(
@@ -103,8 +108,11 @@ class LucidDataModule(L.LightningDataModule):
         cache: Literal["none", "ram"] = "none",
         render: Literal["auto", "cpu", "device"] = "auto",
         decode: Literal["auto", "cpu", "device"] = "auto",
+        mosaic_pool: MosaicPool = "buffer",
     ) -> None:
         super().__init__()
+        if mosaic_pool not in MOSAIC_POOLS:
+            raise ValueError(f"mosaic_pool: expected one of {MOSAIC_POOLS}, got {mosaic_pool!r}")
         for name, value in (("render", render), ("decode", decode)):
             if value not in ("auto", "cpu", "device"):
                 raise ValueError(f"{name}: expected 'auto', 'cpu' or 'device', got {value!r}")
@@ -140,6 +148,7 @@ class LucidDataModule(L.LightningDataModule):
         self.cache = cache
         self.render: Literal["auto", "cpu", "device"] = render
         self.decode: Literal["auto", "cpu", "device"] = decode
+        self.mosaic_pool: MosaicPool = mosaic_pool
         self.ram: dict[str, RamImages] = {}  # by split key, filled in setup with cache="ram"
         self.close_mosaic_from: int | None = None
         self._root: Path | None = None
@@ -301,6 +310,7 @@ class LucidDataModule(L.LightningDataModule):
             self.augment,
             seed=self.seed,
             pool_size=self.device_batch_size,
+            mosaic_pool=self.mosaic_pool,
             close_mosaic_from=self.close_mosaic_from,
             ram=self._ram("train"),
             render=render,

@@ -3,10 +3,18 @@
 Seeding (assumptions.md D11): the training sampler yields ``(epoch, position)`` keys. The dataset
 turns a key into the epoch's shuffled index and into the sample's seed
 ``SeedSequence([seed, epoch, position])``, so every sample of every epoch has its own stream:
-distinct across workers and epochs, and the same whatever ``num_workers`` is. Mosaic and mixup
-partners come from the block of ``pool_size`` consecutive positions around the sample; with the
-pool equal to the batch size, a worker finds them among images it decodes for that batch anyway
-(a small per-worker decode cache serves the repeats).
+distinct across workers and epochs, and the same whatever ``num_workers`` is.
+
+Mosaic partners (assumptions.md D11, D23) come from a pool that is a function of the epoch
+permutation alone, never of worker timing, so a resumed run draws the same ones:
+
+- ``buffer`` (the authors' rule): the images of the ``buffer_length(n, pool_size) - 1`` epoch
+  positions up to and including the sample's own, the "recently loaded" images of a loader that
+  reads the permutation in order (at an epoch's start the previous epoch's tail; none before
+  epoch 0). Mixup partners are any image of the split, as the authors' ``MixUp`` draws them.
+- ``batch``: the block of ``pool_size`` consecutive positions holding the sample (its batch), for
+  mosaic and mixup partners alike; a worker finds them among the images it decodes for that batch
+  anyway (a small per-worker decode cache serves the repeats).
 """
 
 from __future__ import annotations
@@ -35,6 +43,14 @@ from lucid_train.data.targets import Targets
 from lucid_train.data.transport import Sample
 
 _NAN3 = (math.nan, math.nan, math.nan)
+MosaicPool = Literal["buffer", "batch"]
+MOSAIC_POOLS: tuple[MosaicPool, ...] = ("buffer", "batch")
+
+
+def buffer_length(n: int, batch: int) -> int:
+    """The authors' mosaic buffer bound ``min(n, 8 batch, 1000)`` (8.4.190 ``BaseDataset``). Their
+    buffer drops its oldest image once it holds that many, so it keeps one fewer."""
+    return min(n, 8 * batch, 1000)
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -93,7 +109,8 @@ class TrainDataset(Dataset[Sample]):
         size: output canvas side.
         cfg: augmentation settings.
         seed: base seed of shuffling and augmentation.
-        pool_size: partner pool (consecutive epoch positions), usually the batch size.
+        pool_size: the batch size: the ``batch`` pool's block, and what sizes the ``buffer``.
+        mosaic_pool: where mosaic (and mixup) partners come from (see the module docstring).
         close_mosaic_from: first epoch trained with `AugmentConfig.without_mosaic`, or None.
         cache_images: decoded images each worker keeps.
         ram: the split decoded in RAM (``cache="ram"``), index-aligned with ``records``.
@@ -112,6 +129,7 @@ class TrainDataset(Dataset[Sample]):
         *,
         seed: int = 0,
         pool_size: int = 16,
+        mosaic_pool: MosaicPool = "buffer",
         close_mosaic_from: int | None = None,
         cache_images: int = 64,
         ram: RamImages | None = None,
@@ -120,6 +138,8 @@ class TrainDataset(Dataset[Sample]):
     ) -> None:
         if render not in ("cpu", "device") or decode not in ("cpu", "device"):
             raise ValueError(f"render, decode: expected 'cpu' or 'device', got {render}, {decode}")
+        if mosaic_pool not in MOSAIC_POOLS:
+            raise ValueError(f"mosaic_pool: expected one of {MOSAIC_POOLS}, got {mosaic_pool!r}")
         if not records:
             raise ValueError("TrainDataset: the split holds no images")
         self.records = list(records)
@@ -128,6 +148,8 @@ class TrainDataset(Dataset[Sample]):
         self.cfg = cfg
         self.seed = seed
         self.pool_size = max(1, pool_size)
+        self.mosaic_pool: MosaicPool = mosaic_pool
+        self.window = max(1, buffer_length(len(self.records), self.pool_size) - 1)
         self.close_mosaic_from = close_mosaic_from
         self.render = render
         self.cache = _DecodeCache(
@@ -136,8 +158,7 @@ class TrainDataset(Dataset[Sample]):
             ram,
             encoded=render == "device" and decode == "device",
         )
-        self._perm_epoch = -1
-        self._perm = np.zeros(0, np.int64)
+        self._perms: OrderedDict[int, np.ndarray] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.records)
@@ -149,22 +170,36 @@ class TrainDataset(Dataset[Sample]):
         return self.cfg
 
     def permutation(self, epoch: int) -> np.ndarray:
-        if epoch != self._perm_epoch:
-            self._perm, self._perm_epoch = epoch_permutation(self.seed, epoch, len(self)), epoch
-        return self._perm
+        perm = self._perms.get(epoch)
+        if perm is None:
+            perm = self._perms[epoch] = epoch_permutation(self.seed, epoch, len(self))
+            if len(self._perms) > 2:  # this epoch's and the previous one's (the buffer's tail)
+                self._perms.popitem(last=False)
+        return perm
+
+    def partners(self, epoch: int, position: int) -> tuple[Sequence[int], Sequence[int]]:
+        """The mosaic and the mixup partner pools of the sample at ``position`` of ``epoch``."""
+        perm = self.permutation(epoch)
+        if self.mosaic_pool == "batch":
+            start = (position // self.pool_size) * self.pool_size
+            block = perm[start : start + self.pool_size].tolist()
+            return block, block
+        first = position - self.window + 1
+        recent = perm[max(first, 0) : position + 1].tolist()
+        if first < 0 and epoch > 0:  # the loader read the previous epoch's tail just before
+            recent = self.permutation(epoch - 1)[len(perm) + first :].tolist() + recent
+        return recent, range(len(self))
 
     def augment(self, epoch: int) -> TrainAugment:
         return TrainAugment(self.config_for(epoch), self.size, self.cache, self.schema.flip_index)
 
     def __getitem__(self, key: tuple[int, int]) -> Sample:
         epoch, position = key
-        perm = self.permutation(epoch)
-        start = (position // self.pool_size) * self.pool_size
-        pool = perm[start : start + self.pool_size].tolist()
-        index = int(perm[position])
+        index = int(self.permutation(epoch)[position])
+        pool, mix_pool = self.partners(epoch, position)
         seed = np.random.SeedSequence([self.seed, epoch, position])
         try:
-            return self._render(epoch, index, seed, pool)
+            return self._render(epoch, index, seed, pool, mix_pool)
         except Exception as exc:
             # A worker's traceback reaches the main process with its notes: name the sample.
             exc.add_note(
@@ -175,11 +210,16 @@ class TrainDataset(Dataset[Sample]):
             raise
 
     def _render(
-        self, epoch: int, index: int, seed: np.random.SeedSequence, pool: list[int]
+        self,
+        epoch: int,
+        index: int,
+        seed: np.random.SeedSequence,
+        pool: Sequence[int],
+        mix_pool: Sequence[int],
     ) -> Sample:
         aug = self.augment(epoch)
         rec = self.records[index]
-        params = aug.sample(index, seed, pool)
+        params = aug.sample(index, seed, pool, mix_pool)
         if self.render == "cpu":
             image, targets = aug.apply(params)
             return _sample(image, targets, self.schema, rec, _NAN3)

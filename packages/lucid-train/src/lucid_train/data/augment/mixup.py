@@ -6,6 +6,7 @@ both samples are kept. The partner's own geometric draw lives in the pipeline's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ class MixupParams:
     ratio: float
 
     @classmethod
-    def sample(cls, rng: np.random.Generator, pool: list[int]) -> MixupParams:
+    def sample(cls, rng: np.random.Generator, pool: Sequence[int]) -> MixupParams:
         return cls(int(pool[int(rng.integers(0, len(pool)))]), float(rng.beta(32.0, 32.0)))
 
 

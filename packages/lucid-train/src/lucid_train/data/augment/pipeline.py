@@ -96,14 +96,21 @@ class TrainAugment:
         mosaic = MosaicParams.sample(rng, pool) if use_mosaic else None
         return GeometryParams(index, mosaic, AffineParams.sample(rng, self.cfg))
 
-    def sample(self, index: int, seed: np.random.SeedSequence, pool: Sequence[int]) -> SampleParams:
-        """All draws for dataset ``index``; mosaic and mixup partners come from ``pool``."""
+    def sample(
+        self,
+        index: int,
+        seed: np.random.SeedSequence,
+        pool: Sequence[int],
+        mix_pool: Sequence[int] | None = None,
+    ) -> SampleParams:
+        """All draws for dataset ``index``: mosaic partners come from ``pool``, the mixup partner
+        from ``mix_pool`` (None: ``pool`` too), its own mosaic partners from ``pool``."""
         geo_ss, mix_ss, paste_ss, color_ss = seed.spawn(4)
         geo, mix, color = (np.random.default_rng(s) for s in (geo_ss, mix_ss, color_ss))
         geometry = self._geometry(geo, index, pool)
         mixup = None
         if mix.random() < self.cfg.mixup:
-            m = MixupParams.sample(mix, list(pool))
+            m = MixupParams.sample(mix, pool if mix_pool is None else mix_pool)
             mixup = (m, self._geometry(mix, m.partner, pool))
         return SampleParams(
             geometry,
