@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     where = "device" if torch.cuda.is_available() else "cpu"
     parser.add_argument("--render", default=where, choices=["cpu", "device"])
     parser.add_argument("--decode", default=where, choices=["cpu", "device"])
-    parser.add_argument("--mosaic-pool", default="buffer", choices=list(MOSAIC_POOLS))
+    parser.add_argument("--mosaic-pool", default="batch", choices=list(MOSAIC_POOLS))
     parser.add_argument(
         "--source", type=Path, default=None, help="an existing COCO-layout set instead"
     )

@@ -43,9 +43,9 @@ def _plans(
     aug, perm = ds.augment(epoch), ds.permutation(epoch)
     cpu, plans, targets, sources = [], [], [], {}
     for pos in range(n):
-        start = (pos // ds.pool_size) * ds.pool_size
-        pool = perm[start : start + ds.pool_size].tolist()
-        params = aug.sample(int(perm[pos]), np.random.SeedSequence([ds.seed, epoch, pos]), pool)
+        pool, mix_pool = ds.partners(epoch, pos)
+        seed = np.random.SeedSequence([ds.seed, epoch, pos])
+        params = aug.sample(int(perm[pos]), seed, pool, mix_pool)
         plan, t, images = aug.plan(params)
         cpu.append(render_cpu(plan, images))  # type: ignore[arg-type]
         plans.append(plan)

@@ -12,8 +12,10 @@ Sets (written with numpy and Pillow, in the YOLO layout both readers take):
   sources of 480-640 x 360-640), as the held-out third-party set of issue 37;
 * ``pattern``: per-pixel binary colour noise saved as PNG, one box each: the high-frequency test
   pattern whose energy after the warp measures the resampling's sharpness;
-* ``flat``: one flat colour per image (not the pad grey): after HSV the painted pixels' mean
-  is the colour jitter alone, so its spread measures the HSV gains.
+* ``flat``: one flat saturated orange (180, 110, 60): after HSV the painted pixels' mean is the
+  colour jitter alone, so its spread measures all three HSV gains together;
+* ``grey``: flat grey 150 (not the pad grey), which hue and saturation leave alone in both
+  pipelines: its spread after HSV is the value gain alone.
 
 Our samples are drawn through `TrainDataset` (its partner pools, its augmentation) and painted by
 both renderers from the same plans: the CPU renderer (Pillow) and the device renderer on CPU
@@ -37,7 +39,7 @@ from PIL import Image, ImageDraw
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.augment.render_cpu import render_cpu
 from lucid_train.data.augment.render_device import pack_plans
-from lucid_train.data.dataset import MosaicPool, TrainDataset
+from lucid_train.data.dataset import MosaicPool, TrainDataset, load_size
 from lucid_train.data.layout import read_split
 
 FILL = 114
@@ -55,7 +57,8 @@ def _write_yaml(root: Path) -> None:
 
 
 def write_set(root: Path, kind: str, n: int, seed: int = 0) -> Path:
-    """Write ``n`` images of set ``kind`` (``small``, ``pattern`` or ``flat``) under ``root``."""
+    """Write ``n`` images of set ``kind`` (``small``, ``pattern``, ``flat``, ``grey``) under
+    ``root``."""
     rng = np.random.default_rng(seed)
     images, labels = root / "images" / "train", root / "labels" / "train"
     images.mkdir(parents=True)
@@ -70,8 +73,9 @@ def write_set(root: Path, kind: str, n: int, seed: int = 0) -> Path:
             noise = (rng.random((h, w, 3)) < 0.5).astype(np.uint8) * 255
             Image.fromarray(noise).save(images / f"{i:05d}.png")
             rows.append(f"0 0.5 0.5 {0.5:.6f} {0.5:.6f}")
-        elif kind == "flat":
-            Image.new("RGB", (w, h), (180, 110, 60)).save(images / f"{i:05d}.png")
+        elif kind in ("flat", "grey"):
+            colour = (180, 110, 60) if kind == "flat" else (150, 150, 150)
+            Image.new("RGB", (w, h), colour).save(images / f"{i:05d}.png")
             rows.append(f"0 0.5 0.5 {0.5:.6f} {0.5:.6f}")
         else:
             raise ValueError(f"unknown set {kind!r}")
@@ -263,6 +267,7 @@ def ours(
     cfg: AugmentConfig | None = None,
     renderers: Sequence[str] = ("cpu", "device"),
     pixels: str = "stats",
+    load_resize: bool = False,
 ) -> dict[str, Samples]:
     """``n`` samples of our `TrainDataset` (default `AugmentConfig`, or ``cfg``; without mosaic:
     its close-mosaic settings), painted by each of ``renderers`` from the same plans. The label
@@ -275,9 +280,8 @@ def ours(
     if not mosaic:
         cfg = cfg.without_mosaic()
     index = read_split(root, "train", task="detect")
-    ds = TrainDataset(
-        index.records, index.schema, size, cfg, seed=seed, pool_size=batch, mosaic_pool=pool
-    )
+    ds = TrainDataset(index.records, index.schema, size, cfg, seed=seed, pool_size=batch,
+                      mosaic_pool=pool, load_resize=load_resize)  # fmt: skip
     n_src = [len(r.targets) for r in ds.records]
     out = {name: Samples(pixels=pixels) for name in renderers}
     labels = out[renderers[0]] if renderers else Samples()
@@ -309,6 +313,8 @@ def ours(
             main = plan.base[0].matrix
             total = math.sqrt(abs(np.linalg.det(main[:2, :2])))
             h0, w0 = ds.records[i].height, ds.records[i].width
+            if load_resize:  # the plan's matrices start from the resized source
+                total *= load_size(h0, w0, size)[1] / w0
             for name, s in out.items():
                 s.counts.append(len(targets))
                 s.boxes.append(targets.boxes.astype(np.float64))
@@ -545,15 +551,15 @@ def compare_pixels(o: Samples, t: Samples, th: Thresholds, *, sharpness: bool = 
     return rows
 
 
-def compare_hsv(o: Samples, t: Samples, th: Thresholds) -> list[Row]:
-    """On the flat set: the spread of each sample's painted colour, i.e. of the HSV jitter."""
+def compare_hsv(o: Samples, t: Samples, th: Thresholds, colour: str = "flat colour") -> list[Row]:
+    """On a flat set: the spread of each sample's painted colour, i.e. of the HSV jitter."""
     rows = []
     po, pt = np.stack(o.painted_mean), np.stack(t.painted_mean)
     for c, name in enumerate("RGB"):
         a, b = po[:, c][np.isfinite(po[:, c])], pt[:, c][np.isfinite(pt[:, c])]
         rows.append(
             Row(
-                f"flat colour after HSV, {name} mean",
+                f"{colour} after HSV, {name} mean",
                 "mean, relative",
                 rel(a.mean(), b.mean()),
                 th.mean,
@@ -563,7 +569,7 @@ def compare_hsv(o: Samples, t: Samples, th: Thresholds) -> list[Row]:
         )
         rows.append(
             Row(
-                f"flat colour after HSV, {name} spread",
+                f"{colour} after HSV, {name} spread",
                 "std, relative",
                 rel(a.std(), b.std()),
                 th.spread,

@@ -81,6 +81,9 @@ class LucidDataModule(L.LightningDataModule):
         mosaic_pool: where mosaic partners come from (assumptions.md D23): ``buffer``, the
             authors' rule, the images of the last ``min(n, 8 batch, 1000) - 1`` epoch positions
             (mixup partners from the whole split); ``batch``, the sample's own batch (mixup too).
+        load_resize: resize each training source to the long side ``img_size`` before the
+            augmentation, as the authors' ``load_image`` (their pixels are resampled twice, ours
+            once otherwise; assumptions.md D24); sources are then decoded in the workers.
     """
 
     def __init__(
@@ -108,7 +111,8 @@ class LucidDataModule(L.LightningDataModule):
         cache: Literal["none", "ram"] = "none",
         render: Literal["auto", "cpu", "device"] = "auto",
         decode: Literal["auto", "cpu", "device"] = "auto",
-        mosaic_pool: MosaicPool = "buffer",
+        mosaic_pool: MosaicPool = "batch",
+        load_resize: bool = False,
     ) -> None:
         super().__init__()
         if mosaic_pool not in MOSAIC_POOLS:
@@ -149,6 +153,7 @@ class LucidDataModule(L.LightningDataModule):
         self.render: Literal["auto", "cpu", "device"] = render
         self.decode: Literal["auto", "cpu", "device"] = decode
         self.mosaic_pool: MosaicPool = mosaic_pool
+        self.load_resize = load_resize
         self.ram: dict[str, RamImages] = {}  # by split key, filled in setup with cache="ram"
         self.close_mosaic_from: int | None = None
         self._root: Path | None = None
@@ -311,6 +316,7 @@ class LucidDataModule(L.LightningDataModule):
             seed=self.seed,
             pool_size=self.device_batch_size,
             mosaic_pool=self.mosaic_pool,
+            load_resize=self.load_resize,
             close_mosaic_from=self.close_mosaic_from,
             ram=self._ram("train"),
             render=render,

@@ -35,6 +35,7 @@ from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.augment.letterbox import letterbox
 from lucid_train.data.augment.pipeline import TrainAugment
 from lucid_train.data.augment.plan import SizedImage
+from lucid_train.data.augment.warp import scaling, transform_targets, warp_image
 from lucid_train.data.image_io import open_rgb, read_jpeg
 from lucid_train.data.masks import MASK_STRIDE, instance_map
 from lucid_train.data.ram_cache import RamImages
@@ -58,10 +59,30 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     return np.random.default_rng(np.random.SeedSequence([seed, epoch, 0x5EED])).permutation(n)
 
 
+def load_size(height: int, width: int, size: int) -> tuple[int, int]:
+    """``(height, width)`` of a source resized as the authors' ``load_image`` does: the long side
+    to ``size``, each side rounded up and capped at ``size`` (8.4.190 ``BaseDataset``)."""
+    r = size / max(height, width)
+    return min(math.ceil(height * r), size), min(math.ceil(width * r), size)
+
+
+def load_resized(image: Image.Image, targets: Targets, size: int) -> tuple[Image.Image, Targets]:
+    """``image`` and ``targets`` resized to `load_size` by a bilinear resample without
+    antialiasing, as their ``cv2.resize(INTER_LINEAR)`` (same pixel-centre convention): the first
+    of the authors' two resamples (assumptions.md D24)."""
+    h, w = load_size(image.height, image.width, size)
+    if (h, w) == (image.height, image.width):
+        return image, targets
+    m = scaling(w / image.width, h / image.height)
+    moved = transform_targets(targets, m, (0.0, 0.0, float(w), float(h)))
+    return warp_image(image, m, (w, h)), moved
+
+
 class _DecodeCache:
     """A small per-worker LRU of decoded images (mosaic partners repeat within a batch), or the
     split's `RamImages` when it is cached whole. With ``encoded``, JPEG files the device can
-    decode are read but not decoded (`read_jpeg`); other files are decoded here."""
+    decode are read but not decoded (`read_jpeg`); other files are decoded here. With
+    ``resize``, decoded sources are resized to that side first (`load_resized`)."""
 
     def __init__(
         self,
@@ -70,30 +91,39 @@ class _DecodeCache:
         ram: RamImages | None = None,
         *,
         encoded: bool = False,
+        resize: int | None = None,
     ) -> None:
         self.records = records
         self.capacity = capacity
         self.ram = ram
-        self.encoded = encoded
-        self.items: OrderedDict[int, SizedImage] = OrderedDict()
+        self.encoded = encoded and resize is None
+        self.resize = resize
+        self.items: OrderedDict[int, tuple[SizedImage, Targets]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
     def __call__(self, index: int) -> tuple[SizedImage, Targets]:
         rec = self.records[index]
-        if self.ram is not None:
+        if self.ram is not None and self.resize is None:
             return self.ram.image(index), rec.targets
-        image = self.items.get(index)
-        if image is None:
+        item = self.items.get(index)
+        if item is None:
             self.misses += 1
-            image = (read_jpeg(rec.path) if self.encoded else None) or open_rgb(rec.path)
-            self.items[index] = image
+            image: SizedImage
+            if self.ram is not None:
+                image = self.ram.image(index)
+            else:
+                image = (read_jpeg(rec.path) if self.encoded else None) or open_rgb(rec.path)
+            item = (image, rec.targets)
+            if self.resize is not None and isinstance(image, Image.Image):
+                item = load_resized(image, rec.targets, self.resize)
+            self.items[index] = item
             if len(self.items) > self.capacity:
                 self.items.popitem(last=False)
         else:
             self.hits += 1
             self.items.move_to_end(index)
-        return image, rec.targets
+        return item
 
 
 def _rings(targets: Targets) -> list[np.ndarray]:
@@ -118,6 +148,8 @@ class TrainDataset(Dataset[Sample]):
             `Batch.render` to paint on the accelerator.
         decode: with ``render="device"``, ``device`` leaves JPEG files to the device decoder;
             ``cpu`` decodes every source here.
+        load_resize: resize each source to the long side ``size`` first, as the authors'
+            ``load_image`` (their two resamples, D24); sources are then decoded here.
     """
 
     def __init__(
@@ -129,12 +161,13 @@ class TrainDataset(Dataset[Sample]):
         *,
         seed: int = 0,
         pool_size: int = 16,
-        mosaic_pool: MosaicPool = "buffer",
+        mosaic_pool: MosaicPool = "batch",
         close_mosaic_from: int | None = None,
         cache_images: int = 64,
         ram: RamImages | None = None,
         render: Literal["cpu", "device"] = "cpu",
         decode: Literal["cpu", "device"] = "cpu",
+        load_resize: bool = False,
     ) -> None:
         if render not in ("cpu", "device") or decode not in ("cpu", "device"):
             raise ValueError(f"render, decode: expected 'cpu' or 'device', got {render}, {decode}")
@@ -157,6 +190,7 @@ class TrainDataset(Dataset[Sample]):
             max(cache_images, 2 * self.pool_size),
             ram,
             encoded=render == "device" and decode == "device",
+            resize=size if load_resize else None,
         )
         self._perms: OrderedDict[int, np.ndarray] = OrderedDict()
 
