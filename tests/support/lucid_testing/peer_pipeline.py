@@ -299,7 +299,7 @@ def ours(
     epoch = 0
     while len(labels.counts) < n:
         aug, perm = ds.augment(epoch), ds.permutation(epoch)
-        for position in range(max(len(ds) // batch, 1) * batch):  # whole batches, as drop_last
+        for position in range((len(ds) // batch) * batch or len(ds)):  # drop_last's batches
             if len(labels.counts) >= n:
                 break
             i = int(perm[position])
