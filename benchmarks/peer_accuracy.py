@@ -222,15 +222,19 @@ def _write_tables(
                     merged["verdict"] = peer_detect.verdict(merged, arm) or "n/a"
                     tables.append(peer_detect.table(merged))
     rows = peer_seeds.seed_rows([r for r in per_seed if r["lucid_accumulate"] == arms[-1]])
+    # The other arms (an A/B of a data option, a fixed accumulate) over the same seeds and peer.
+    arm_rows = peer_seeds.seed_rows([r for r in per_seed if r["lucid_accumulate"] != arms[-1]])
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join([sys.executable, *sys.argv]),
         "wall_s": round(time.perf_counter() - start, 1),
         "rows": rows,
+        "arm_rows": arm_rows,
         "seed_rows": per_seed,
     }
     (args.out / "peer-accuracy.json").write_text(json.dumps(doc, indent=1) + "\n")
-    text = "\n\n".join([peer_seeds.seed_table(rows), *tables])
+    arms_text = [peer_seeds.seed_table(arm_rows)] if arm_rows else []
+    text = "\n\n".join([peer_seeds.seed_table(rows), *arms_text, *tables])
     (args.out / "peer-accuracy.md").write_text(text + "\n")
     if echo:
         print(text)

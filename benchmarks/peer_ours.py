@@ -21,13 +21,32 @@ from peer_common import (
     _run_logged,
 )
 
+# An arm is ``ACCUMULATE[+OPTION...]``: ``auto+buffer+resize`` trains with the authors' mosaic
+# partner buffer and their load-time resize (assumptions D23, D24) at the authors' cadence, so an
+# A/B of a data option is one more arm beside the default in the same call.
+ARM_OPTIONS = {
+    "buffer": ["--data.mosaic_pool", "buffer"],
+    "resize": ["--data.load_resize", "true"],
+}
+
+
+def arm_flags(arm: str) -> tuple[str, list[str]]:
+    """The accumulate setting of ``arm`` and the ``lucid fit`` flags of its options."""
+    accumulate, *options = arm.split("+")
+    unknown = [o for o in options if o not in ARM_OPTIONS]
+    if unknown:
+        raise SystemExit(f"arm {arm!r}: unknown option(s) {unknown}; known: {sorted(ARM_OPTIONS)}")
+    return accumulate, [flag for o in options for flag in ARM_OPTIONS[o]]
+
 
 def run_ours(
     args: argparse.Namespace, data: dict[str, Any], out: Path, accumulate: str = "auto"
 ) -> dict[str, Any]:
-    """Train our yolo26n with ``lucid fit`` and read the last validation of both decode paths."""
+    """Train our yolo26n with ``lucid fit`` and read the last validation of both decode paths;
+    ``accumulate`` is an arm (``arm_flags``)."""
     task = data["task"]
     tag = f"ours-acc{accumulate}"
+    setting, options = arm_flags(accumulate)
     runs = args.work / f"{tag}-runs"
     if runs.exists():
         shutil.rmtree(runs)
@@ -55,7 +74,8 @@ def run_ours(
         "--trainer.precision",
         precision,
         "--trainer.accumulate_grad_batches",
-        str(accumulate),
+        setting,
+        *options,
         "--run.root",
         str(runs),
         "--run.name",

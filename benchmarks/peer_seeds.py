@@ -93,8 +93,10 @@ def seed_table(rows: list[dict[str, Any]]) -> str:
             ours = ", ".join(_f(v, ".0f") for v in r["lucid_tta_s_seeds"])
             theirs = ", ".join(_f(v, ".0f") for v in r.get("ultralytics_tta_s_seeds", []))
             tta = f"{ours} / {theirs or '—'}"
+        arm = r.get("lucid_accumulate")
+        task = f"{r['task']} (ours: {arm})" if arm and arm != "auto" else r["task"]
         lines.append(
-            f"| {r['task']} | {r['set'].split(' (')[0]} | {r['path']} | {r['metric']} "
+            f"| {task} | {r['set'].split(' (')[0]} | {r['path']} | {r['metric']} "
             f"| {len(r['seeds'])} | {r['epochs']} | {_f(r['lucid_mean'], '.4f')} "
             f"| {_f(r['ultralytics_mean'], '.4f')} | {_f(r['diff_mean'])} ± "
             f"{_f(r['diff_std'], '.4f')} | {_f(r['diff_min'])} | {sizes} | {tta} |"
