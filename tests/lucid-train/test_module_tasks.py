@@ -61,6 +61,7 @@ class _RecordWeight(L.Callback):
         self.values.append(float(pl_module.o2m_weight))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
 def test_each_task_trains_with_its_loss_terms_and_scores_both_paths(
     task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
@@ -94,6 +95,7 @@ def test_each_task_trains_with_its_loss_terms_and_scores_both_paths(
     assert info.hyper_parameters["num_classes"] == dm.schema.num_classes
 
 
+@pytest.mark.slow
 def test_bf16_mixed_precision_with_accumulation_trains(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -111,6 +113,7 @@ def test_bf16_mixed_precision_with_accumulation_trains(
     assert torch.isfinite(trainer.callback_metrics["train/o2o_box_epoch"])
 
 
+@pytest.mark.slow
 def test_pose_flow_is_trained_and_checkpointed(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -131,6 +134,7 @@ def test_pose_flow_is_trained_and_checkpointed(
     assert moved
 
 
+@pytest.mark.slow
 def test_loading_a_checkpoint_for_another_task_is_refused(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
