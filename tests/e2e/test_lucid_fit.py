@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 
 
@@ -21,6 +23,7 @@ def _lucid(*args: str, cwd: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_fit_then_predict_from_the_command_line(tmp_path: Path) -> None:
     root = synthetic_dataset(
         "detect", cache_dir=tmp_path / "data", spec=SyntheticSpec(8, 4, 96, 128)

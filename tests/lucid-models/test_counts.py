@@ -21,7 +21,9 @@ TOLERANCE = 0.005  # the issue's bar: within 0.5% of the authors' builds, like f
 @pytest.mark.parametrize(
     "name",
     [
-        n if n in ("yolo26n", "yolo26s") else pytest.param(n, marks=pytest.mark.slow)
+        n
+        if n in ("yolo26n", "yolo26s")
+        else pytest.param(n, marks=[pytest.mark.slow, pytest.mark.any_torch])
         for n in SCALE_NAMES
     ],
 )

@@ -115,6 +115,7 @@ def test_forward_and_backward_are_finite_under_cpu_autocast(
 
 
 @pytest.mark.slow
+@pytest.mark.any_torch
 def test_torch_compile_matches_eager(seeded: None) -> None:
     """The model compiles (default inductor) and its outputs match eager."""
     model = build_model("yolo26n", task="segment", num_classes=3).eval()

@@ -16,7 +16,7 @@ from lucid_models.outputs import Task
 SIZES = [(640, 640), (384, 544)]
 SLOW_SCALES = {"yolo26m", "yolo26l", "yolo26x"}
 NAMES = [
-    pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SCALES else n
+    pytest.param(n, marks=[pytest.mark.slow, pytest.mark.any_torch]) if n in SLOW_SCALES else n
     for n in ("yolo26n", "yolo26s", "yolo26m", "yolo26l", "yolo26x")
 ]
 

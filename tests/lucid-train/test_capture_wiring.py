@@ -39,6 +39,7 @@ def _fit(dm: LucidDataModule, module: YOLOModule, tmp_path: Path) -> None:
     trainer.fit(module, datamodule=dm)
 
 
+@pytest.mark.slow
 def test_auto_capture_stays_off_on_the_cpu_and_changes_nothing(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -50,6 +51,7 @@ def test_auto_capture_stays_off_on_the_cpu_and_changes_nothing(
     assert module.target_capacity is None  # eager padding: each batch's own largest count
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::lucid_capture.CaptureWarning")
 def test_capture_on_without_cuda_runs_eager_and_says_why(
     small_synthetic: Callable[[str], Path], tmp_path: Path
@@ -152,6 +154,7 @@ def test_the_first_batch_without_mosaic_fits_the_capacity_again(
     assert spent.capacity_for(batch) == 200
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::lucid_capture.CaptureWarning")
 def test_a_capacity_grown_mid_fit_trains_as_each_batch_padded_to_its_own_size(
     small_synthetic: Callable[[str], Path], tmp_path: Path
@@ -199,6 +202,7 @@ def test_targets_of_images_without_instances_have_the_structure_of_any_other(
     assert len(shapes) == 1, shapes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["detect", "obb"])
 def test_every_loss_call_of_a_fit_has_one_structure(
     task: str,

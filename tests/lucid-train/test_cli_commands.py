@@ -41,6 +41,7 @@ def test_model_names_pick_the_task_by_suffix() -> None:
         parse_model("yolo27n")
 
 
+@pytest.mark.slow
 def test_fit_writes_checkpoints_csv_curves_overlays_and_its_config(detect_run: Path) -> None:
     assert (detect_run / "checkpoints" / "last.ckpt").is_file()
     assert "\n  max_epochs: 2\n" in (detect_run / "config.yaml").read_text()
@@ -53,6 +54,7 @@ def test_fit_writes_checkpoints_csv_curves_overlays_and_its_config(detect_run: P
     assert len(list((detect_run / "overlays").glob("val_*.jpg"))) >= 1
 
 
+@pytest.mark.slow
 def test_fit_logs_each_epochs_training_throughput(detect_run: Path) -> None:
     import csv
 
@@ -73,6 +75,7 @@ def test_fit_logs_each_epochs_training_throughput(detect_run: Path) -> None:
         assert m["end"] - m["start"] == pytest.approx(float(r["time/train_epoch_s"]), abs=0.05)
 
 
+@pytest.mark.slow
 def test_predict_writes_json_and_overlays_for_a_folder(
     detect_run: Path, small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -93,6 +96,7 @@ def test_predict_writes_json_and_overlays_for_a_folder(
     assert len(list(out.glob("*.jpg"))) == 2
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_task_is_refused_naming_file_task_and_fix(
     detect_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -104,6 +108,7 @@ def test_a_checkpoint_of_another_task_is_refused_naming_file_task_and_fix(
     assert str(ckpt) in err and "trained for detect" in err and "drop --model" in err
 
 
+@pytest.mark.slow
 def test_validate_scores_both_decode_paths(
     detect_run: Path, small_synthetic: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -115,6 +120,7 @@ def test_validate_scores_both_decode_paths(
     assert "e2e" in out and "nms" in out
 
 
+@pytest.mark.slow
 def test_export_writes_onnx_of_the_deploy_view(detect_run: Path, tmp_path: Path) -> None:
     onnx = pytest.importorskip("onnx")
     out = tmp_path / "model.onnx"
@@ -133,6 +139,7 @@ def test_console_script_module_answers_help() -> None:
         assert verb in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["segment", "obb"])
 def test_fit_reads_a_yolo_txt_folder_probed_or_named(
     task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
@@ -153,6 +160,7 @@ def test_fit_reads_a_yolo_txt_folder_probed_or_named(
         assert (tmp_path / "runs" / task / fmt / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow
 def test_fit_reads_a_coco_folder_probed_or_named(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -167,6 +175,7 @@ def test_fit_reads_a_coco_folder_probed_or_named(
         assert (tmp_path / "runs" / "pose" / fmt / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow
 def test_fit_reads_a_dota_folder_probed_or_named(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -204,6 +213,7 @@ def test_fit_reads_a_dota_folder_probed_or_named(
         assert (tmp_path / "runs" / "obb" / fmt / "checkpoints" / "last.ckpt").is_file()
 
 
+@pytest.mark.slow
 def test_fit_trains_with_the_authors_default_augmentation_unless_the_scale_policy_is_asked(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -224,6 +234,7 @@ def test_fit_trains_with_the_authors_default_augmentation_unless_the_scale_polic
     assert AugmentConfig.for_variant("s").copy_paste > 0 == AugmentConfig().copy_paste
 
 
+@pytest.mark.slow
 def test_precision_auto_is_the_authors_amp_on_cuda_and_full_precision_elsewhere(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

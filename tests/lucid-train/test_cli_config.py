@@ -76,6 +76,7 @@ def printed_run(
     return PrintedRun(flags, config, base / "runs" / "detect" / "printed", data)
 
 
+@pytest.mark.slow
 def test_print_config_fed_back_with_config_reproduces_the_runs_hyper_parameters(
     printed_run: PrintedRun, tmp_path: Path
 ) -> None:
@@ -92,6 +93,7 @@ def test_print_config_fed_back_with_config_reproduces_the_runs_hyper_parameters(
     assert saved["data"]["scale_policy"] is True and saved["trainer"]["deterministic"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flags", "shown"),
     [
@@ -110,6 +112,7 @@ def test_a_resume_flag_that_contradicts_the_runs_config_is_refused_in_one_line(
     assert shown in line and str(printed_run.run_dir / CONFIG_FILE) in line
 
 
+@pytest.mark.slow
 def test_a_resume_config_file_is_checked_like_flags(
     printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -120,6 +123,7 @@ def test_a_resume_config_file_is_checked_like_flags(
     assert code == 2 and "--data.batch_size 2 contradicts data.batch_size: 4" in line
 
 
+@pytest.mark.slow
 def test_a_resume_reads_the_runs_config_whatever_else_is_given(printed_run: PrintedRun) -> None:
     """No flag, or the same flags again: the run's config, its folder, no second config.yaml
     written; the resumed module is the checkpoint's."""
@@ -137,6 +141,7 @@ def test_a_resume_reads_the_runs_config_whatever_else_is_given(printed_run: Prin
     assert (printed_run.run_dir / CONFIG_FILE).read_text() == saved
 
 
+@pytest.mark.slow
 def test_a_run_without_config_yaml_resumes_with_its_checkpoints_hyper_parameters(
     printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -175,6 +180,7 @@ def test_short_model_names_pick_the_task_and_its_module(
     assert "\n  model: " + flags[-1].removeprefix("--model=") in _printed(argv)
 
 
+@pytest.mark.slow
 def test_fit_with_no_arguments_builds_the_main_job(
     small_synthetic: Callable[[Task], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -257,6 +263,7 @@ def test_callbacks_and_loggers_given_by_class_path_join_the_runs_own(
         assert len(extra) == 1 and Path(extra[0].save_dir) == tmp_path / "extra"
 
 
+@pytest.mark.slow
 def test_switches_of_the_old_command_still_take_no_value() -> None:
     printed = yaml.safe_load(_printed(["fit", "--trainer.deterministic", "--data.scale_policy"]))
     assert printed["trainer"]["deterministic"] is True

@@ -229,6 +229,7 @@ def test_fine_tuning_from_converted_weights_starts_below_scratch(
     assert tuned < 0.85 * scratch, (tuned, scratch)  # measured: 0.69
 
 
+@pytest.mark.slow
 def test_fit_prints_the_summary_and_refuses_weights_with_resume(
     small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from lucid_models import BranchOutput, ModelOutput, build_model, make_anchors
 from lucid_train.assign import Assignment, box_ciou
 from lucid_train.losses import (
+    BranchInputs,
     BranchResult,
     DetectionLoss,
     DualLoss,
@@ -106,9 +107,10 @@ def test_branch_terms_are_gained_ciou_bce_and_image_normalised_l1() -> None:
     )
     loss = DetectionLoss(NUM_CLASSES, box_gain=7.5, cls_gain=0.5, l1_gain=1.5)
     # A 64 x 128 (H x W) canvas, so the per-axis image normalisation of L1 is visible.
-    terms = loss.branch_terms(
+    inputs = BranchInputs(
         branch, out.anchor_points, out.anchor_strides, _targets(), assignment, (SIZE, 2 * SIZE)
     )
+    terms = loss.branch_terms(inputs)
     assert terms.names == ("box", "cls", "l1")
     norm = 1.0  # max(0.5, 1)
     pred = branch.boxes[0, anchor]

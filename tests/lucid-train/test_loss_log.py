@@ -59,6 +59,7 @@ def _reference_module(task: str) -> type[L.LightningModule]:
     return Reference
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("every", [2, 1000])
 def test_the_step_rows_epoch_means_and_last_values_are_lightnings_own(
     every: int, small_synthetic: Callable[[str], Path], tmp_path: Path

@@ -14,7 +14,7 @@ from lucid_models.decode import decode_rotated
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment
 from lucid_train.assign.targets import PaddedTargets
-from lucid_train.losses.detection import LossTerms
+from lucid_train.losses.detection import BranchInputs, LossTerms
 from lucid_train.losses.obb import (
     OrientedLoss,
     RotatedGains,
@@ -206,7 +206,9 @@ def _perfect_case() -> tuple[BranchOutput, torch.Tensor, torch.Tensor, Assignmen
 def test_perfect_rotated_prediction_costs_nothing_but_the_probiou_eps() -> None:
     torch.manual_seed(2)
     branch, points, strides, assignment, targets = _perfect_case()
-    terms = rotated_box_terms(branch, points, strides, assignment, targets, (SIZE, SIZE))
+    terms = rotated_box_terms(
+        BranchInputs(branch, points, strides, targets, assignment, (SIZE, SIZE))
+    )
     box, l1, angle = terms.items.tolist()
     assert terms.names == ("box", "l1", "angle")
     assert 0.0 < box < 7.5 * 5e-4  # only the eps floor of 1 - ProbIoU
@@ -219,11 +221,12 @@ def test_rotated_terms_are_weighted_and_scaled_by_their_gains() -> None:
     branch, points, strides, assignment, targets = _perfect_case()
     assert branch.angles is not None
     branch.angles = branch.angles + 0.4
-    base = rotated_box_terms(branch, points, strides, assignment, targets, (SIZE, SIZE))
-    gains = RotatedGains(box=15.0, l1=3.0, angle=2.0)
-    double = rotated_box_terms(
-        branch, points, strides, assignment, targets, (SIZE, SIZE), gains=gains
+    base = rotated_box_terms(
+        BranchInputs(branch, points, strides, targets, assignment, (SIZE, SIZE))
     )
+    gains = RotatedGains(box=15.0, l1=3.0, angle=2.0)
+    inputs = BranchInputs(branch, points, strides, targets, assignment, (SIZE, SIZE))
+    double = rotated_box_terms(inputs, gains=gains)
     torch.testing.assert_close(double.items, 2 * base.items)
     assert (base.items > 0).all()
 

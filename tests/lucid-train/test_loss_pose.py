@@ -15,7 +15,7 @@ from lucid_train.assign import Assignment
 from lucid_train.assign.candidates import candidates_in_boxes
 from lucid_train.assign.targets import PaddedTargets
 from lucid_train.evaluation import UNIFORM_KPT_SIGMA
-from lucid_train.losses.detection import LossTerms
+from lucid_train.losses.detection import BranchInputs, LossTerms
 from lucid_train.losses.flow import RealNVP
 from lucid_train.losses.pose import (
     COCO_RLE_WEIGHTS,
@@ -80,7 +80,7 @@ def test_rle_weights_are_the_authors_for_coco_and_ones_otherwise() -> None:
 
 def _single_positive(
     offsets: torch.Tensor, target_kpts: torch.Tensor, box: list[float]
-) -> tuple[BranchOutput, torch.Tensor, torch.Tensor, Assignment, PaddedTargets]:
+) -> BranchInputs:
     """One positive anchor (row 10, stride 8) assigned to one ground truth."""
     points, strides = _anchors()
     A = points.shape[0]
@@ -99,7 +99,8 @@ def _single_positive(
         keypoints=raw.requires_grad_(),
         keypoint_sigmas=torch.zeros(1, A, K, 2, requires_grad=True),
     )
-    return branch, points, strides, assignment, _padded([[box]], [target_kpts[None]])
+    targets = _padded([[box]], [target_kpts[None]])
+    return BranchInputs(branch, points, strides, targets, assignment, (SIZE, SIZE))
 
 
 def _perfect_offsets(target: torch.Tensor) -> torch.Tensor:
@@ -112,12 +113,12 @@ def test_oks_loss_is_zero_for_perfect_keypoints_and_grows_with_error() -> None:
     target = _kpts_in(box, seed=0)
     flow = RealNVP()
     perfect = keypoint_terms(
-        *_single_positive(_perfect_offsets(target), target, box), flow, capacity=4
+        _single_positive(_perfect_offsets(target), target, box), flow, capacity=4
     )
     assert perfect.names == ("pose", "kobj", "rle")
     assert perfect.items[0] == pytest.approx(0.0, abs=1e-7)
     off = keypoint_terms(
-        *_single_positive(_perfect_offsets(target) + 1.0, target, box), flow, capacity=4
+        _single_positive(_perfect_offsets(target) + 1.0, target, box), flow, capacity=4
     )
     assert off.items[0] > 0.5
 
@@ -130,8 +131,8 @@ def test_unlabelled_points_leave_pose_and_rle_but_count_as_kobj_negatives() -> N
     moved[2, :2] += 30.0
     offsets = _perfect_offsets(target) + 0.3
     flow = RealNVP()
-    a = keypoint_terms(*_single_positive(offsets, target, box), flow, capacity=4)
-    b = keypoint_terms(*_single_positive(offsets, moved, box), flow, capacity=4)
+    a = keypoint_terms(_single_positive(offsets, target, box), flow, capacity=4)
+    b = keypoint_terms(_single_positive(offsets, moved, box), flow, capacity=4)
     torch.testing.assert_close(a.items, b.items)
     # kobj: logits 5 everywhere, targets 1 except the unlabelled point.
     bce = (4 * math.log1p(math.exp(-5.0)) + (5.0 + math.log1p(math.exp(-5.0)))) / K

@@ -4,7 +4,7 @@ weight per epoch, the pose flow trained and checkpointed, empty images scored.""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +61,47 @@ class _RecordWeight(L.Callback):
         self.values.append(float(pl_module.o2m_weight))
 
 
+@dataclass
+class _Run:
+    """One task's two-epoch fit, shared by the tests that read it."""
+
+    out: Path
+    dm: LucidDataModule
+    trainer: L.Trainer
+    weights: list[float]
+
+
+@pytest.fixture(scope="module")
+def task_run(
+    small_synthetic: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], _Run]:
+    """Each task's fit, once per module (the checkpoint test reads detect's)."""
+    runs: dict[str, _Run] = {}
+
+    def run(task: str) -> _Run:
+        if task not in runs:
+            L.seed_everything(0)
+            out = tmp_path_factory.mktemp(f"fit-{task}")
+            dm = _datamodule(small_synthetic(task), task)
+            weights = _RecordWeight()
+            trainer = build_trainer(
+                out, callbacks=[weights], max_epochs=2, limit_train_batches=1,
+                limit_val_batches=1, enable_progress_bar=False, enable_model_summary=False,
+            )  # fmt: skip
+            trainer.fit(_module(dm), datamodule=dm)
+            runs[task] = _Run(out, dm, trainer, weights.values)
+        return runs[task]
+
+    return run
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
 def test_each_task_trains_with_its_loss_terms_and_scores_both_paths(
-    task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
+    task: str, task_run: Callable[[str], _Run]
 ) -> None:
-    L.seed_everything(0)
-    dm = _datamodule(small_synthetic(task), task)
-    module = _module(dm)
-    weights = _RecordWeight()
-    trainer = build_trainer(
-        tmp_path, callbacks=[weights], max_epochs=2, limit_train_batches=1, limit_val_batches=1,
-        enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
-    trainer.fit(module, datamodule=dm)
+    run = task_run(task)
+    dm, trainer, tmp_path = run.dm, run.trainer, run.out
     logged = trainer.callback_metrics
     for term in TERMS[task]:
         assert torch.isfinite(logged[f"train/o2o_{term}_epoch"])
@@ -82,7 +110,7 @@ def test_each_task_trains_with_its_loss_terms_and_scores_both_paths(
         if task in EXTRA_METRIC:
             assert f"val/{path}/{EXTRA_METRIC[task]}" in logged
     assert logged["val/mAP50-95"] == logged["val/e2e/mAP50-95"]
-    assert weights.values == pytest.approx([o2m_weight(0, 2), o2m_weight(1, 2)])
+    assert run.weights == pytest.approx([o2m_weight(0, 2), o2m_weight(1, 2)])
 
     assert list((tmp_path / "overlays").glob("val_*.jpg"))  # drawn as the task needs
     missing = [name for name in REPORT_FILES if not (tmp_path / name).is_file()]
@@ -94,6 +122,7 @@ def test_each_task_trains_with_its_loss_terms_and_scores_both_paths(
     assert info.hyper_parameters["num_classes"] == dm.schema.num_classes
 
 
+@pytest.mark.slow
 def test_bf16_mixed_precision_with_accumulation_trains(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -111,6 +140,7 @@ def test_bf16_mixed_precision_with_accumulation_trains(
     assert torch.isfinite(trainer.callback_metrics["train/o2o_box_epoch"])
 
 
+@pytest.mark.slow
 def test_pose_flow_is_trained_and_checkpointed(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -131,17 +161,9 @@ def test_pose_flow_is_trained_and_checkpointed(
     assert moved
 
 
-def test_loading_a_checkpoint_for_another_task_is_refused(
-    small_synthetic: Callable[[str], Path], tmp_path: Path
-) -> None:
-    dm = _datamodule(small_synthetic("detect"), "detect")
-    module = _module(dm)
-    trainer = build_trainer(
-        tmp_path, max_epochs=1, limit_train_batches=1, limit_val_batches=1,
-        enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
-    trainer.fit(module, datamodule=dm)
-    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+@pytest.mark.slow
+def test_loading_a_checkpoint_for_another_task_is_refused(task_run: Callable[[str], _Run]) -> None:
+    ckpt = task_run("detect").out / "checkpoints" / "last.ckpt"
     assert load_module(ckpt).task == "detect"
     with pytest.raises(CheckpointTaskError, match="trained for detect"):
         load_module(ckpt, task="obb", model="yolo26n-obb")

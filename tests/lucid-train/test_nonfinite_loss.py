@@ -83,6 +83,7 @@ def _two_epoch_trainer(run_dir: Path, callbacks: Sequence[L.Callback] = ()) -> L
     )
 
 
+@pytest.mark.slow
 def test_injected_nan_stops_the_run_with_step_and_term_and_writes_no_checkpoint(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -182,6 +183,7 @@ def test_the_flag_makes_a_fused_step_skip_itself_with_and_without_a_grad_scaler(
         assert int(optimizer.state[weight]["step"]) == 1  # the skipped step is not counted
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fused", [False, True], ids=["foreach", "fused"])
 def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_checkpoint(
     small_synthetic: Callable[[str], Path],

@@ -118,6 +118,7 @@ def _fit(root: Path, tmp: Path, accumulate: int | str, **trainer: Any) -> tuple[
     return module, fit, spy
 
 
+@pytest.mark.slow
 def test_fit_steps_zeroes_and_averages_at_the_plans_batches(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -136,6 +137,7 @@ def test_fit_steps_zeroes_and_averages_at_the_plans_batches(
     assert {int(s["step"]) for s in state.values()} == {len(expected)}
 
 
+@pytest.mark.slow
 def test_the_trainer_and_the_module_cannot_both_accumulate(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -143,6 +145,7 @@ def test_the_trainer_and_the_module_cannot_both_accumulate(
         _fit(small_synthetic("detect"), tmp_path, "auto", accumulate_grad_batches=2)
 
 
+@pytest.mark.slow
 def test_accumulated_gradients_are_summed_not_averaged(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:

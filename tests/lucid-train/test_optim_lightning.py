@@ -184,6 +184,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return Run(trainer, module, updates_at)
 
 
+@pytest.mark.slow
 def test_ema_updates_once_per_optimizer_step_under_accumulation(run: Run) -> None:
     ema = _ema_callback(run.trainer).ema
     assert ema is not None
@@ -195,6 +196,7 @@ def test_ema_updates_once_per_optimizer_step_under_accumulation(run: Run) -> Non
     assert run.updates_at == expected
 
 
+@pytest.mark.slow
 def test_lr_and_momentum_at_each_optimizer_step_follow_the_schedule(run: Run) -> None:
     scheduler = run.trainer.lr_scheduler_configs[0].scheduler
     assert isinstance(scheduler, WarmupLinearLR)
@@ -210,6 +212,7 @@ def test_lr_and_momentum_at_each_optimizer_step_follow_the_schedule(run: Run) ->
         assert momenta == [schedule.momentum_at(step)] * len(groups)
 
 
+@pytest.mark.slow
 def test_validation_runs_on_the_ema_and_training_is_unchanged(run: Run, tmp_path: Path) -> None:
     assert run.module.record.validation_saw_ema == [True] * (2 * EPOCHS)
     ema = _ema_callback(run.trainer).ema
@@ -223,6 +226,7 @@ def test_validation_runs_on_the_ema_and_training_is_unchanged(run: Run, tmp_path
     assert all(torch.equal(v, plain.state_dict()[k]) for k, v in live.items())
 
 
+@pytest.mark.slow
 def test_checkpoints_hold_live_weights_and_the_ema(run: Run, tmp_path: Path) -> None:
     final = torch.load(Path(run.trainer.default_root_dir) / "epoch=1.ckpt", weights_only=True)
     ema = _ema_callback(run.trainer).ema
@@ -238,6 +242,7 @@ def test_checkpoints_hold_live_weights_and_the_ema(run: Run, tmp_path: Path) -> 
     assert not all(torch.equal(v, averaged[k]) for k, v in mid["state_dict"].items())
 
 
+@pytest.mark.slow
 def test_resume_from_the_first_epoch_ends_in_the_same_state(run: Run, tmp_path: Path) -> None:
     module = Tiny()
     trainer = _trainer(tmp_path)
@@ -252,6 +257,7 @@ def test_resume_from_the_first_epoch_ends_in_the_same_state(run: Run, tmp_path: 
     assert trainer.lr_scheduler_configs[0].scheduler.last_epoch == EPOCHS * STEPS_PER_EPOCH
 
 
+@pytest.mark.slow
 def test_validate_from_a_checkpoint_uses_its_ema(run: Run, tmp_path: Path) -> None:
     module = Tiny()
     trainer = _trainer(tmp_path)
@@ -264,6 +270,7 @@ def test_validate_from_a_checkpoint_uses_its_ema(run: Run, tmp_path: Path) -> No
     assert all(torch.equal(v, run.module.state_dict()[k]) for k, v in module.state_dict().items())
 
 
+@pytest.mark.slow
 def test_live_weights_return_when_validation_raises(tmp_path: Path) -> None:
     module = Tiny(fail_validation_in_epoch=0)
     trainer = _trainer(tmp_path, epochs=1)
@@ -276,6 +283,7 @@ def test_live_weights_return_when_validation_raises(tmp_path: Path) -> None:
     assert not torch.equal(live["net.4.weight"], ema.shadow["net.4.weight"])
 
 
+@pytest.mark.slow
 def test_fit_through_the_grad_scaler_path(tmp_path: Path) -> None:
     # 16-mixed: Lightning runs the closure itself, unscales, clips, then calls
     # scaler.step(optimizer) without a closure.

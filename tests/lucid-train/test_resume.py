@@ -61,6 +61,7 @@ def _run(
 
 
 @pytest.mark.slow
+@pytest.mark.any_torch
 @pytest.mark.parametrize("accumulate", ["auto", 4])
 def test_killed_and_resumed_run_ends_bitwise_like_an_uninterrupted_one(
     accumulate: int | str, small_synthetic: Callable[[str], Path], tmp_path: Path

@@ -187,6 +187,7 @@ def _tensorboard_scalars(folder: Path) -> set[str]:
     return tags
 
 
+@pytest.mark.slow
 def test_a_fit_writes_every_figure_at_its_size_and_tensorboard_beside_the_csv(
     small_synthetic: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,7 +4,8 @@
   :meth:`YOLO26.deploy` its inference-only :class:`DeployView`.
 * Forward returns a :class:`ModelOutput` of two :class:`BranchOutput` records.
 * :func:`topk_decode` (end-to-end, one-to-one) and :func:`nms_decode` (one-to-many + NMS) give
-  fixed-shape :class:`Detections`; :func:`decode_masks` turns them into instance masks.
+  fixed-shape :class:`Detections`; :func:`decode_masks` turns them into instance masks, and
+  :mod:`lucid_models.postprocessing` maps one image's masks back to its source pixels.
 * :func:`export_onnx` writes the deploy view with the top-k decode to ONNX (fixed or dynamic
   batch and image size); :func:`verify_onnx` checks a written file against PyTorch.
 * :mod:`lucid_models.counts` counts parameters and FLOPs and writes the golden file.

@@ -23,10 +23,17 @@ from lucid_train.losses.boxes import (
     distance_l1_loss,
     distances_to_boxes,
 )
-from lucid_train.losses.detection import BranchResult, DetectionLoss, LossTerms, normaliser
+from lucid_train.losses.detection import (
+    BranchInputs,
+    BranchResult,
+    DetectionLoss,
+    LossTerms,
+    normaliser,
+)
 from lucid_train.losses.progloss import DualLoss, o2m_weight
 
 __all__ = [
+    "BranchInputs",
     "BranchResult",
     "DetectionLoss",
     "DualLoss",

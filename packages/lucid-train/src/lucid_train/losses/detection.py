@@ -105,6 +105,27 @@ class BranchResult:
     normaliser: Tensor
 
 
+@dataclass(frozen=True)
+class BranchInputs:
+    """What one branch's terms are computed from (every task's term functions take it whole).
+
+    Attributes:
+        branch: the branch's raw outputs.
+        anchor_points: ``(A, 2)`` grid units (cell + 0.5).
+        anchor_strides: ``(A, 1)``.
+        targets: padded ground truth (a task's own subclass of `PaddedTargets`).
+        assignment: this branch's assignment.
+        image_size: ``(H, W)`` of the input canvas.
+    """
+
+    branch: BranchOutput
+    anchor_points: Tensor
+    anchor_strides: Tensor
+    targets: PaddedTargets
+    assignment: Assignment
+    image_size: ImageSize
+
+
 def normaliser(assignment: Assignment) -> Tensor:
     """The branch's shared normaliser ``max(sum of soft targets, 1)``, 0-d, on the device."""
     return assignment.target_scores.sum().clamp(min=1.0)
@@ -201,31 +222,21 @@ class DetectionLoss:
         points, strides = output.anchor_points, output.anchor_strides
         return self.assign_branch(branch, points, strides, targets, pred_boxes)
 
-    def branch_terms(
-        self,
-        branch: BranchOutput,
-        anchor_points: Tensor,
-        anchor_strides: Tensor,
-        targets: PaddedTargets,
-        assignment: Assignment,
-        image_size: ImageSize,
-        pred_boxes: Tensor | None = None,
-    ) -> LossTerms:
+    def branch_terms(self, inputs: BranchInputs, pred_boxes: Tensor | None = None) -> LossTerms:
         """The gained ``box`` (CIoU), ``cls`` (BCE) and ``l1`` terms of one branch.
 
         Args:
-            branch: raw outputs (``boxes`` in stride units, ``logits``).
-            anchor_points: ``(A, 2)`` grid units; anchor_strides: ``(A, 1)``.
-            targets: padded ground truth (unused by the plain detection terms; kept so
-                subclasses share the signature).
-            assignment: this branch's assignment.
-            image_size: ``(H, W)`` of the input canvas (normalises the L1 term).
+            inputs: the branch (``boxes`` in stride units, ``logits``), its anchors and
+                assignment, and the canvas size (normalises the L1 term); the targets are
+                unused by the plain detection terms.
             pred_boxes: unused here (CIoU is taken on stride-unit boxes, as the authors do).
 
         Returns:
             :class:`LossTerms` named :attr:`names`.
         """
-        del targets, pred_boxes
+        del pred_boxes
+        branch, assignment, image_size = inputs.branch, inputs.assignment, inputs.image_size
+        anchor_points, anchor_strides = inputs.anchor_points, inputs.anchor_strides
         norm = normaliser(assignment)
         weight = assignment.weights  # (B, A)
         strides = anchor_strides.float()
@@ -272,9 +283,8 @@ class DetectionLoss:
         points, strides = output.anchor_points, output.anchor_strides
         pred_boxes = self.decode(branch, points, strides)
         assignment = self.assign(branch, output, targets, image_size, pred_boxes)
-        terms = self.branch_terms(
-            branch, points, strides, targets, assignment, image_size, pred_boxes
-        )
+        inputs = BranchInputs(branch, points, strides, targets, assignment, image_size)
+        terms = self.branch_terms(inputs, pred_boxes)
         result = BranchResult(
             terms=terms,
             assignment=assignment,

@@ -33,10 +33,11 @@ from torch import Tensor
 
 from lucid_models.decode import decode_rotated
 from lucid_models.outputs import BranchOutput, ModelOutput
-from lucid_train.assign import Assignment, TaskAlignedAssigner, candidates_in_rotated_boxes
+from lucid_train.assign import TaskAlignedAssigner, candidates_in_rotated_boxes
 from lucid_train.assign.targets import PaddedTargets
 from lucid_train.losses.boxes import distance_l1_loss
 from lucid_train.losses.detection import (
+    BranchInputs,
     BranchResult,
     DetectionLoss,
     ImageSize,
@@ -127,12 +128,7 @@ def angle_loss(
 
 
 def rotated_box_terms(
-    branch: BranchOutput,
-    anchor_points: Tensor,
-    anchor_strides: Tensor,
-    assignment: Assignment,
-    targets: PaddedTargets,
-    image_size: ImageSize,
+    inputs: BranchInputs,
     *,
     gains: RotatedGains = RotatedGains(),
     normaliser: Tensor | None = None,
@@ -140,14 +136,11 @@ def rotated_box_terms(
     """The rotated box, L1 and angle terms of one branch, for its own assignment.
 
     Args:
-        branch: the branch's raw output; ``boxes`` ``(B, A, 4)`` rotated distances in stride
-            units and ``angles`` ``(B, A)`` are read.
-        anchor_points: ``(A, 2)`` grid units.
-        anchor_strides: ``(A, 1)``.
-        assignment: this branch's assignment (made against ``targets.rboxes``).
-        targets: from :func:`rotated_targets`; ``rboxes`` ``(B, M, 5)`` pixels are gathered by
-            ``assignment.target_index``.
-        image_size: ``(H, W)`` of the input canvas (the L1 is in fractions of it).
+        inputs: the branch (``boxes`` ``(B, A, 4)`` rotated distances in stride units and
+            ``angles`` ``(B, A)`` are read), its anchors, its assignment (made against
+            ``targets.rboxes``), the targets from :func:`rotated_targets` (``rboxes``
+            ``(B, M, 5)`` pixels, gathered by ``assignment.target_index``) and the canvas size
+            (the L1 is in fractions of it).
         gains: the three gains.
         normaliser: the branch's shared normaliser; defaults to ``max(sum of soft targets, 1)``.
 
@@ -157,25 +150,17 @@ def rotated_box_terms(
     Raises:
         ValueError: the branch has no angles or the targets no rboxes.
     """
-    norm = branch_normaliser(assignment) if normaliser is None else normaliser
-    box, l1, angle = _rotated_parts(
-        branch, anchor_points, anchor_strides, assignment, targets, image_size, norm
-    )
+    norm = branch_normaliser(inputs.assignment) if normaliser is None else normaliser
+    box, l1, angle = _rotated_parts(inputs, norm)
     return LossTerms.from_parts(
         [("box", gains.box * box), ("l1", gains.l1 * l1), ("angle", gains.angle * angle)]
     )
 
 
-def _rotated_parts(
-    branch: BranchOutput,
-    anchor_points: Tensor,
-    anchor_strides: Tensor,
-    assignment: Assignment,
-    targets: PaddedTargets,
-    image_size: ImageSize,
-    norm: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
+def _rotated_parts(inputs: BranchInputs, norm: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """ProbIoU, rotated L1 and angle losses before their gains (see :func:`rotated_box_terms`)."""
+    branch, assignment, targets = inputs.branch, inputs.assignment, inputs.targets
+    anchor_points, anchor_strides = inputs.anchor_points, inputs.anchor_strides
     if branch.angles is None or targets.rboxes is None:
         raise ValueError("rotated terms need branch.angles and targets.rboxes (obb)")
     fg = assignment.fg
@@ -190,7 +175,7 @@ def _rotated_parts(
     iou = probiou(pred, target, floor=PROBIOU_LOSS_FLOOR)  # (B, A)
     box = torch.where(fg, (1.0 - iou) * weight, 0.0).sum() / norm
     target_distances = encode_rotated(target, anchor_points.float())
-    l1 = distance_l1_loss(branch.boxes, target_distances, strides, image_size, weight, norm)
+    l1 = distance_l1_loss(branch.boxes, target_distances, strides, inputs.image_size, weight, norm)
     angle = angle_loss(branch.angles, target, fg, weight, norm)
     return box, l1, angle
 
@@ -259,25 +244,14 @@ class OrientedLoss(DetectionLoss):
             raise ValueError("OrientedLoss needs PaddedTargets.rboxes (an obb batch)")
         return targets.rboxes
 
-    def branch_terms(
-        self,
-        branch: BranchOutput,
-        anchor_points: Tensor,
-        anchor_strides: Tensor,
-        targets: PaddedTargets,
-        assignment: Assignment,
-        image_size: ImageSize,
-        pred_boxes: Tensor | None = None,
-    ) -> LossTerms:
+    def branch_terms(self, inputs: BranchInputs, pred_boxes: Tensor | None = None) -> LossTerms:
         """Gained ``box`` (ProbIoU), ``cls``, ``l1`` (rotated) and ``angle`` terms."""
         del pred_boxes
-        norm = branch_normaliser(assignment)
+        norm = branch_normaliser(inputs.assignment)
         bce = F.binary_cross_entropy_with_logits(
-            branch.logits.float(), assignment.target_scores, reduction="none"
+            inputs.branch.logits.float(), inputs.assignment.target_scores, reduction="none"
         )
-        box, l1, angle = _rotated_parts(
-            branch, anchor_points, anchor_strides, assignment, targets, image_size, norm
-        )
+        box, l1, angle = _rotated_parts(inputs, norm)
         return LossTerms.from_parts(
             [
                 ("box", self.gains.box * box),

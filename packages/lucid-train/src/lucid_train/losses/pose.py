@@ -47,7 +47,13 @@ from lucid_train.assign.candidates import candidates_in_boxes
 from lucid_train.assign.overlaps import pairwise_ciou
 from lucid_train.assign.targets import PaddedTargets
 from lucid_train.evaluation.coco_eval import keypoint_sigmas
-from lucid_train.losses.detection import BranchResult, DetectionLoss, ImageSize, LossTerms
+from lucid_train.losses.detection import (
+    BranchInputs,
+    BranchResult,
+    DetectionLoss,
+    ImageSize,
+    LossTerms,
+)
 from lucid_train.losses.flow import RealNVP
 from lucid_train.losses.positives import positional_sum, positive_slots, slot_capacity
 
@@ -169,11 +175,7 @@ def _rle_loss(
 
 
 def keypoint_terms(
-    branch: BranchOutput,
-    anchor_points: Tensor,
-    anchor_strides: Tensor,
-    assignment: Assignment,
-    targets: PaddedTargets,
+    inputs: BranchInputs,
     flow: RealNVP,
     *,
     capacity: int,
@@ -184,12 +186,10 @@ def keypoint_terms(
     """The ``pose``, ``kobj`` and ``rle`` terms of one branch (gains applied).
 
     Args:
-        branch: raw outputs; ``keypoints`` ``(B, A, K, 3)`` and, in training,
-            ``keypoint_sigmas`` ``(B, A, K, 2)`` are read (without sigmas ``rle`` is 0).
-        anchor_points: ``(A, 2)`` grid units; anchor_strides: ``(A, 1)``.
-        assignment: this branch's assignment.
-        targets: ``keypoints`` ``(B, M, K, 3)`` and ``boxes`` ``(B, M, 4)`` in pixels, gathered
-            by ``assignment.target_index``.
+        inputs: the branch (``keypoints`` ``(B, A, K, 3)`` and, in training,
+            ``keypoint_sigmas`` ``(B, A, K, 2)`` are read; without sigmas ``rle`` is 0), its
+            anchors and assignment, and the targets (``keypoints`` ``(B, M, K, 3)`` and
+            ``boxes`` ``(B, M, 4)`` in pixels, gathered by ``assignment.target_index``).
         flow: the RLE residual density (trained; owned by the caller's module).
         capacity: positive slots per image (see
             :func:`~lucid_train.losses.positives.slot_capacity`).
@@ -203,6 +203,8 @@ def keypoint_terms(
     Raises:
         ValueError: the branch has no keypoints or the targets none.
     """
+    branch, assignment, targets = inputs.branch, inputs.assignment, inputs.targets
+    anchor_points, anchor_strides = inputs.anchor_points, inputs.anchor_strides
     if branch.keypoints is None or targets.keypoints is None:
         raise ValueError("keypoint_terms needs branch.keypoints and targets.keypoints (pose)")
     num_kpt = branch.keypoints.shape[2]
@@ -405,15 +407,19 @@ class PoseLoss(DetectionLoss):
         image_size: ImageSize,
     ) -> LossTerms:
         """The keypoint terms on this branch's assignment."""
-        del output, image_size
+        del output
         capacity = slot_capacity(self.assigner, targets.capacity, result.anchor_points.shape[0])
         num_kpt = 0 if branch.keypoints is None else branch.keypoints.shape[2]
-        return keypoint_terms(
+        inputs = BranchInputs(
             branch,
             result.anchor_points,
             result.anchor_strides,
-            result.assignment,
             targets,
+            result.assignment,
+            image_size,
+        )
+        return keypoint_terms(
+            inputs,
             self.flow,
             capacity=capacity,
             sigmas=self._sigmas(num_kpt, result.anchor_points.device),
