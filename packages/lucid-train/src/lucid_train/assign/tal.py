@@ -7,16 +7,16 @@ For every image, ground truth ``m`` and anchor ``a`` (dense ``(B, M, A)`` tensor
 2. **Alignment** ``t = s^alpha * u^beta``: ``s`` the predicted probability of the ground truth's
    class, ``u`` the overlap of the predicted box with the ground truth (CIoU clamped at 0 by
    default); 0 outside candidates.
-3. **Top-k** anchors per ground truth by ``t``; non-candidates rank below every candidate, so a
-   ground truth whose candidates all score 0 (a fresh network) still keeps up to ``topk``
-   positives (assumptions.md T5).
+3. **Top-k** anchors per ground truth by ``t`` over every anchor (0 off the candidates), then
+   the candidates among them, as the authors': a candidate aligned at 0 ties with the
+   non-candidates and stays only where ``topk``'s order keeps it (assumptions.md T5).
 4. **Conflicts**: an anchor claimed by several ground truths goes to the candidate ground truth
    it overlaps most, ties to the lowest row (assumptions.md T4).
 5. **One-to-one** (``topk2``): each ground truth then keeps only its ``topk2`` best positives by
    ``t``; a ground truth whose best anchor went to another keeps its next one.
-6. **Soft targets**: positive ``(m, a)`` gets ``t * u_max(m) / t_max(m)``, so each ground
-   truth's best anchor scores its best overlap. ``t_max`` is floored at the dtype's smallest
-   normal number, not an absolute epsilon (assumptions.md T6).
+6. **Soft targets**: positive ``(m, a)`` gets ``t * u_max(m) / (t_max(m) + 1e-9)``, so each
+   ground truth's best anchor scores about its best overlap; the authors' absolute epsilon,
+   which matters at init where ``t_max`` is 1e-7 to 1e-4 (assumptions.md T6).
 
 Defaults are the authors' YOLO26 ones: ``alpha = 0.5``, ``beta = 6``, STAL at 16 px; the
 one-to-many branch uses ``topk = 10``, the one-to-one branch ``topk = 7, topk2 = 1``
@@ -43,7 +43,10 @@ from lucid_train.assign.overlaps import pairwise_ciou
 if TYPE_CHECKING:
     from lucid_train.assign.targets import PaddedTargets
 
-__all__ = ["Assignment", "CandidateFn", "OverlapFn", "TaskAlignedAssigner"]
+__all__ = ["SOFT_TARGET_EPS", "Assignment", "CandidateFn", "OverlapFn", "TaskAlignedAssigner"]
+
+SOFT_TARGET_EPS = 1e-9
+"""Added to each ground truth's best alignment before the soft targets divide by it (T6)."""
 
 OverlapFn = Callable[[Tensor, Tensor], Tensor]
 """``(gt (B, M, D), pred (B, A, D)) -> (B, M, A)`` pairwise overlap; D = 4 (xyxy) or 5 (rotated)."""
@@ -207,8 +210,10 @@ class TaskAlignedAssigner:
         s = scores.transpose(1, 2).gather(1, labels.unsqueeze(-1).expand(-1, -1, scores.shape[1]))
         t = torch.where(cand, s.pow(self.alpha) * u.pow(self.beta), 0.0)  # (B, M, A)
 
-        # Top-k per ground truth; non-candidates rank at -1, below any candidate (T5).
-        pos = _top_mask(torch.where(cand, t, -1.0), self.topk) & cand
+        # Top-k per ground truth over every anchor, then candidates only: a zero-alignment
+        # candidate ties with the non-candidates and is kept only where topk's order puts it
+        # first, as the authors' (T5).
+        pos = _top_mask(t, self.topk) & cand
 
         # Conflicts: an anchor claimed twice goes to its most-overlapping candidate (T4).
         claimed = pos.sum(1, keepdim=True) > 1  # (B, 1, A)
@@ -222,10 +227,10 @@ class TaskAlignedAssigner:
         fg = pos.any(1)  # (B, A)
         target_index = torch.where(pos, rows, 0).amax(1)  # one row per anchor at most
 
-        # Soft targets: t * u_max / t_max per ground truth, t_max floored at the smallest normal.
+        # Soft targets: t * u_max / (t_max + 1e-9) per ground truth, the authors' epsilon (T6).
         t_pos = torch.where(pos, t, 0.0)
         u_pos = torch.where(pos, u, 0.0)
-        t_max = t_pos.amax(-1, keepdim=True).clamp(min=torch.finfo(t.dtype).tiny)
+        t_max = t_pos.amax(-1, keepdim=True) + SOFT_TARGET_EPS
         weight = (t_pos * u_pos.amax(-1, keepdim=True) / t_max).amax(1)  # (B, A)
 
         target_labels = torch.where(fg, labels.gather(1, target_index), 0)
