@@ -44,7 +44,9 @@ nox.options.sessions = ["lint", "cpu-3.11-torch2.11", "cpu-3.13-torch2.9", "capt
 ROOT = Path(__file__).parent
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
 # Test folders that are not a package's own: end-to-end and the workspace's contracts.
-EXTRA_TEST_DIRS = ["e2e", "workspace"]
+EXTRA_TEST_DIRS = ["e2e", "workspace", "peer"]
+# The lane that also installs the authors' trainer, so the equivalence ladder (tests/peer) runs.
+PEER_LANE = "cpu-3.11-torch2.11"
 PYTHONS = ["3.11", "3.12", "3.13"]
 TORCH_GROUPS = {"2.9": "torch29", "2.11": "torch211"}  # dependency groups in pyproject.toml
 # What a CPU lane runs unless its flags choose (a later ``-m`` wins). The torch 2.11 lanes run
@@ -113,8 +115,17 @@ def _cpu_session(group: str, marks: str) -> Callable[[nox.Session], None]:
     def run(session: nox.Session) -> None:
         # nox's uv backend exports UV_PROJECT_ENVIRONMENT=<session venv>, so `uv sync` fills it
         # from uv.lock, members editable.
+        peer = ["--group", "peer"] if session.name == PEER_LANE else []
         session.run_install(
-            "uv", "sync", "--locked", "--no-default-groups", "--group", "dev", "--group", group
+            "uv",
+            "sync",
+            "--locked",
+            "--no-default-groups",
+            "--group",
+            "dev",
+            "--group",
+            group,
+            *peer,
         )
         _run_pytest(session, "-m", marks, *_pytest_flags(session), *_test_dirs(session))
 

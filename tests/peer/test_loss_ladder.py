@@ -1,0 +1,180 @@
+"""Rungs a-c of the ladder: the assignment, every loss term and every gradient of one fixed batch
+(tiny and crowded boxes, no augmentation) against the authors' own loss, fp32 on CPU, for the
+four tasks. Both losses read the same prediction tensors (our network's, laid out for theirs),
+so a difference is the loss's, not the network's float noise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lucid_testing import peer_twins as pt
+from lucid_train.assign import box_ciou
+from lucid_train.losses import o2m_weight
+from lucid_train.weights.authors_names import authors_key
+
+TASKS = ["detect", "segment", "pose", "obb"]
+EPOCHS = 20
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("peer-weights")
+    return {t: pt.write_released_weights(t, root / f"yolo26n{pt.SUFFIX[t]}.pt") for t in TASKS}
+
+
+class Side:
+    """Both trainers' loss of one task on the fixed batch, from one forward of our network."""
+
+    def __init__(self, task: str, path: Path) -> None:
+        self.task = task
+        self.theirs = pt.authors_model(path, task, epochs=EPOCHS)
+        self.ours = pt.lucid_module(path, task)
+        self.batch = pt.fixed_batch(task)
+        self.criterion = self.theirs.init_criterion()
+        with torch.no_grad():
+            like = self.theirs(self.batch.theirs["img"])
+        self.output = self.ours(self.batch.ours.float_images())
+        self.preds = pt.authors_preds(self.output, like)
+        self.targets = pt.lucid_targets(self.ours, self.batch.ours)
+
+    def their_branch(self, name: str) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
+        """Their branch loss (gained, times B), its items, and what their assigner returned."""
+        loss = getattr(self.criterion, name)
+        seen: dict[str, Any] = {}
+        forward = loss.assigner.forward
+
+        def record(*args: Any, **kwargs: Any) -> Any:
+            out = forward(*args, **kwargs)
+            seen["out"] = tuple(t.clone() for t in out)  # their loss divides boxes in place
+            return out
+
+        loss.assigner.forward = record
+        try:
+            total, items = loss.loss(self.preds[name], self.batch.theirs)
+        finally:
+            loss.assigner.forward = forward
+        return total, items, seen["out"]
+
+
+@pytest.fixture(scope="module", params=TASKS)
+def side(request: pytest.FixtureRequest, weights: dict[str, Path]) -> Side:
+    return Side(request.param, weights[request.param])
+
+
+# their item names for ours
+THEIR_NAME = {"seg": "seg_loss", "sem": "sem_loss", "pose": "pose_loss", "kobj": "kobj_loss"}
+
+
+def _close(ours: torch.Tensor, theirs: torch.Tensor, rel: float, what: str) -> None:
+    ours, theirs = ours.detach().double(), theirs.detach().double()
+    scale = theirs.abs().max().clamp(min=1e-12)
+    err = (ours - theirs).abs().max() / scale
+    assert err <= rel, f"{what}: max |ours - theirs| / max |theirs| = {float(err):.3g} > {rel}"
+
+
+def test_assignment_picks_the_authors_positives_boxes_and_soft_scores(side: Side) -> None:
+    """Rung a: foreground, assigned boxes and soft class targets of both branches."""
+    ours = side.ours.criterion.branches(side.output, side.targets, (pt.IMG, pt.IMG))
+    for name, mine in zip(("one2many", "one2one"), ours, strict=True):
+        _, _, (_, boxes, scores, fg, gt_idx) = side.their_branch(name)
+        a = mine.assignment
+        assert torch.equal(a.fg, fg), f"{side.task} {name}: fg differs at {(a.fg != fg).sum()}"
+        assert torch.equal(a.target_index[fg], gt_idx[fg]), f"{side.task} {name}: gt rows"
+        _close(a.target_boxes[fg], boxes[fg], 1e-6, f"{side.task} {name} boxes")
+        _close(a.target_scores, scores.float(), 1e-5, f"{side.task} {name} scores")
+    # the batch holds what it claims: a crowd (image 1), tiny boxes (image 2) that win positives
+    sides = side.batch.ours.boxes[:, 2:] - side.batch.ours.boxes[:, :2]
+    assert int((sides.max(1).values <= 10).sum()) >= 10
+    a = ours[0].assignment
+    assert int(a.fg[1].sum()) >= 30
+    assert len(a.target_index[2][a.fg[2]].unique()) >= 8
+
+
+@pytest.mark.parametrize("epoch", [0, 9, 19])
+def test_every_loss_term_and_the_progloss_total_equal_the_authors(side: Side, epoch: int) -> None:
+    """Rung b: each gained term of each branch, and the blended total at ``epoch`` of 20, with
+    the one-to-many weight their E2ELoss holds after ``epoch`` updates (one per epoch end)."""
+    crit = side.criterion
+    crit.updates, crit.o2m, crit.o2o = 0, crit.o2m_copy, 1 - crit.o2m_copy
+    for _ in range(epoch):
+        crit.update()
+    assert crit.o2m == pytest.approx(o2m_weight(epoch, EPOCHS), rel=1e-12)
+    ours = side.ours.criterion(
+        side.output, side.targets, torch.tensor(o2m_weight(epoch, EPOCHS)), (pt.IMG, pt.IMG)
+    )
+    assert ours.branches is not None
+    totals = []
+    for name, mine in zip(("one2many", "one2one"), ours.branches, strict=True):
+        total, items, _ = side.their_branch(name)
+        totals.append(total)
+        for term, value in mine.terms.as_dict().items():
+            key = THEIR_NAME.get(term, f"{term}_loss")
+            _close(value, items[key], 1e-5, f"{side.task} {name} {term}")
+        assert set(items) == {THEIR_NAME.get(t, f"{t}_loss") for t in mine.terms.names}
+    theirs = (totals[0] * crit.o2m + totals[1] * crit.o2o).sum()
+    _close(ours.total, theirs, 1e-5, f"{side.task} total at epoch {epoch}")
+
+
+def test_every_gradient_of_the_loss_equals_the_authors(side: Side) -> None:
+    """Rung c: the backward of their loss and of ours, through our network, at every parameter
+    (their pose flow is theirs: its gradients are compared by name)."""
+    crit = side.criterion
+    crit.updates, crit.o2m, crit.o2o = 0, crit.o2m_copy, 1 - crit.o2m_copy
+    params = dict(side.ours.named_parameters())
+
+    def grads(loss: torch.Tensor) -> dict[str, torch.Tensor]:
+        side.ours.zero_grad(set_to_none=True)
+        side.theirs.zero_grad(set_to_none=True)
+        loss.backward(retain_graph=True)
+        out = {n: p.grad.clone() for n, p in params.items() if p.grad is not None}
+        for n, p in side.theirs.named_parameters():
+            if p.grad is not None:
+                out[n] = p.grad.clone()
+        return out
+
+    theirs_loss = sum(
+        (getattr(crit, n).loss(side.preds[n], side.batch.theirs)[0] * w).sum()
+        for n, w in (("one2many", crit.o2m), ("one2one", crit.o2o))
+    )
+    assert isinstance(theirs_loss, torch.Tensor)
+    ours = side.ours.criterion(side.output, side.targets, torch.tensor(0.8), (pt.IMG, pt.IMG))
+    g_theirs = grads(theirs_loss)
+    g_ours = grads(ours.total)
+    # our flow's parameters pair with their flow's by the authors' name
+    paired = {
+        n: authors_key(n) if authors_key(n) in g_theirs and n not in g_theirs else n for n in g_ours
+    }
+    assert {paired[n] for n in g_ours} == set(g_theirs), side.task
+    # A gradient that is zero in exact arithmetic (a BatchNorm bias feeding another BatchNorm)
+    # holds float noise of ~1e-7: each is scaled by the larger of its own norm and 1e-3 of
+    # the whole gradient's.
+    floor = 1e-3 * float(torch.stack([g.norm() for g in g_theirs.values()]).norm())
+    for name, g in g_ours.items():
+        ref = g_theirs[paired[name]]
+        err = float((g - ref).norm()) / max(float(ref.norm()), floor)
+        assert err <= 1e-4, f"{side.task} {name}: relative L2 {err:.3g}"
+    assert len(g_ours) > 100
+
+
+def test_mask_aware_assignment_of_misplaced_predictions_equals_the_authors(
+    weights: dict[str, Path],
+) -> None:
+    """Rung a, segment, on predictions pushed off their anchors (every box moved 1.5 strides
+    right and down): many candidate pairs then have a negative CIoU, which the authors clamp
+    at 0 before the power and the average with the mask IoU."""
+    side = Side("segment", weights["segment"])
+    for branch in (side.output.one2many, side.output.one2one):
+        assert branch is not None
+        shift = torch.tensor([-1.5, -1.5, 1.5, 1.5])
+        branch.boxes = branch.boxes.detach() + shift
+    like = {n: {"feats": side.preds[n]["feats"]} for n in ("one2many", "one2one")}
+    side.preds = pt.authors_preds(side.output, like)
+    many = side.ours.criterion.branches(side.output, side.targets, (pt.IMG, pt.IMG))[0]
+    gt, pred = side.targets.boxes.unsqueeze(2), many.pred_boxes.detach().unsqueeze(1)
+    assert int((box_ciou(gt, pred) < 0).sum()) > 100
+    test_assignment_picks_the_authors_positives_boxes_and_soft_scores(side)
+    test_every_loss_term_and_the_progloss_total_equal_the_authors(side, 0)
