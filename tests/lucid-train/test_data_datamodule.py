@@ -209,7 +209,7 @@ def test_synthetic_sets_are_deterministic_by_seed(tmp_path: Path) -> None:
 
 def test_datamodule_refuses_bad_settings_at_construction() -> None:
     """Canvas not a multiple of 32 and unknown tasks fail in __init__ with the value."""
-    with pytest.raises(ValueError, match="img_size: expected a positive multiple of 32, got 100"):
+    with pytest.raises(ValueError, match="img_size: expected a multiple of 32 and >= 32, got 100"):
         LucidDataModule("detect", img_size=100)
     with pytest.raises(ValueError, match="task: expected one of"):
         LucidDataModule("classify")  # type: ignore[arg-type]

@@ -259,7 +259,9 @@ def test_split_folder_without_images_is_refused_saying_what_was_looked_for(
     """An images folder with no image file: refused, naming the folder and the suffixes tried."""
     _yolo(tmp_path, YAML, b"")
     (tmp_path / "images" / "train" / "a.png").rename(tmp_path / "images" / "train" / "a.txt")
-    with pytest.raises(EmptySplitError, match=r"holds no usable image .*jpg.*png.*found none"):
+    with pytest.raises(
+        EmptySplitError, match=r"holds no usable image .*jpg.*png.*1 x label file without an image"
+    ):
         read_split(tmp_path, "train", task="detect")
 
 

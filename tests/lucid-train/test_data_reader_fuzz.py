@@ -13,9 +13,11 @@ test's ``outcomes`` property; docs/data.md keeps the table.
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
+import os
 import re
 import tempfile
 from collections import Counter
@@ -31,6 +33,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from lucid_train.data import DataFormatError, LayoutError, read_split
+from lucid_train.data.image_io import CorruptImageError, Verify, open_rgb
 from lucid_train.data.records import DatasetIndex, Task
 
 TASKS: tuple[Task, ...] = ("detect", "segment", "pose", "obb")
@@ -75,7 +78,9 @@ NASTY: list[Any] = [
     {"a": 1},
 ]
 values = st.one_of(
-    st.sampled_from(NASTY),
+    # a fresh copy each draw: a drawn list or dict is mutated by later mutations, and a shared
+    # one grew into itself over thousands of cases (a circular document)
+    st.sampled_from(NASTY).map(copy.deepcopy),
     st.integers(-(2**40), 2**40),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=6),
@@ -116,6 +121,7 @@ class Case:
     files: dict[str, bytes | None]
     line_files: frozenset[str] = frozenset()  # label files whose refusals must name a line
     ops: list[str] = field(default_factory=list)
+    verify: Verify = "header"
 
     def write(self, root: Path) -> None:
         for rel, data in self.files.items():
@@ -397,6 +403,81 @@ def dota_cases(draw: st.DrawFn) -> Case:
     return case
 
 
+# -- image files -------------------------------------------------------------------------------
+
+# (mode, format) pairs Pillow writes; every one must read as 8-bit RGB of its header's size.
+IMAGE_KINDS: list[tuple[str, str]] = [
+    ("RGB", "PNG"), ("L", "PNG"), ("1", "PNG"), ("LA", "PNG"), ("RGBA", "PNG"), ("P", "PNG"),
+    ("I;16", "PNG"), ("I", "TIFF"), ("RGB", "JPEG"), ("L", "JPEG"), ("CMYK", "JPEG"),
+    ("RGB", "BMP"), ("P", "BMP"), ("RGB", "TIFF"), ("CMYK", "TIFF"), ("I;16", "TIFF"),
+    ("F", "TIFF"), ("RGBA", "WEBP"), ("RGB", "GIF"),
+]  # fmt: skip
+MAGIC = [b"", b"\x89PNG", b"\xff\xd8\xff", b"BM", b"II*\x00", b"RIFF", b"GIF89a", b"\x00" * 8]
+
+
+def _encoded(mode: str, fmt: str, width: int, height: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    if mode in ("I;16", "I"):
+        im = Image.fromarray(rng.integers(0, 65535, (height, width), dtype=np.uint16))
+        im = im if mode == "I;16" else im.convert("I")
+    elif mode == "F":
+        im = Image.fromarray(rng.random((height, width), dtype=np.float32))
+    else:
+        rgb = Image.fromarray(rng.integers(0, 255, (height, width, 3), dtype=np.uint8))
+        im = rgb.convert(mode) if mode not in ("P",) else rgb.quantize(8)
+    buf = io.BytesIO()
+    im.save(buf, format=fmt)
+    return buf.getvalue()
+
+
+def _png_with_size(data: bytes, width: int, height: int) -> bytes:
+    """``data`` (a PNG) with its IHDR declaring ``width`` x ``height``, CRC kept valid."""
+    import struct
+    import zlib
+
+    ihdr = data[12:29]  # type + 13 bytes of fields
+    body = ihdr[:4] + struct.pack(">II", width, height) + ihdr[12:]
+    return data[:12] + body + struct.pack(">I", zlib.crc32(body)) + data[33:]
+
+
+@st.composite
+def _image_bytes(draw: st.DrawFn) -> tuple[bytes, str]:
+    mode, fmt = draw(st.sampled_from(IMAGE_KINDS))
+    width, height = draw(st.integers(1, 24)), draw(st.integers(1, 24))
+    data = _encoded(mode, fmt, width, height, draw(st.integers(0, 3)))
+    what = f"{mode} {fmt} {width}x{height}"
+    kind = draw(st.sampled_from(["as is", "as is", "truncate", "magic", "flip", "huge", "tail"]))
+    if kind == "truncate":
+        data = data[: draw(st.integers(0, max(0, len(data) - 1)))]
+    elif kind == "magic":
+        head = draw(st.sampled_from(MAGIC))
+        data = head + data[len(head) :] if head else data[draw(st.integers(1, 8)) :]
+    elif kind == "flip" and data:
+        at = draw(st.integers(0, len(data) - 1))
+        data = data[:at] + bytes([data[at] ^ draw(st.integers(1, 255))]) + data[at + 1 :]
+    elif kind == "huge" and fmt == "PNG":
+        side = st.sampled_from([0, 1, 2**15, 2**16 - 1, 15_000, 2**31 - 1, 2**32 - 1])
+        data = _png_with_size(data, draw(side), draw(side))
+    elif kind == "tail":
+        data = data + draw(st.binary(max_size=16))
+    return data, f"{what}: {kind}"
+
+
+@st.composite
+def image_cases(draw: st.DrawFn) -> Case:
+    """A YOLO detect split of two images, one or both replaced by generated image bytes (the
+    file keeps its ``.png`` name: readers go by content), read with ``verify='full'``."""
+    labels = {rel: b"0 0.5 0.5 0.25 0.25\n" for rel in YOLO_LABELS}
+    yaml = b"path: .\ntrain: images/train\nnames: [cat]\n"
+    case = Case("detect", {"data.yaml": yaml, **labels, **dict.fromkeys(YOLO_IMAGES, PNG)})
+    case.verify = "full"
+    for rel in draw(st.sampled_from([YOLO_IMAGES[:1], YOLO_IMAGES[1:], YOLO_IMAGES])):
+        data, what = draw(_image_bytes())
+        case.files[rel] = data
+        case.ops.append(f"{rel}: {what}")
+    return case
+
+
 # -- the contract ------------------------------------------------------------------------------
 
 
@@ -413,6 +494,23 @@ def _check_loaded(index: DatasetIndex) -> None:
             assert t.keypoints.shape[1] == index.schema.num_keypoints
 
 
+def _check_decoded(index: DatasetIndex, case: Case) -> None:
+    """Every image a full check kept decodes to 8-bit RGB of its header's size, or is refused
+    in one line naming it (`CorruptImageError`), never anything else."""
+    for rec in index.records:
+        refusal = ""
+        try:
+            image = open_rgb(rec.path)
+        except CorruptImageError as err:
+            refusal = str(err)
+        except Exception as err:
+            pytest.fail(f"{type(err).__name__} escaped open_rgb for {case.ops}: {err}")
+        if refusal:
+            assert "\n" not in refusal and str(rec.path) in refusal, (case.ops, refusal)
+            continue
+        assert image.mode == "RGB" and image.size == (rec.width, rec.height), case.ops
+
+
 def outcome(case: Case, layout: str) -> str:
     """Read ``case`` from a fresh folder and classify the result ('loaded', 'skipped',
     'refused'); anything outside the contract fails the test with the case's mutations."""
@@ -420,7 +518,7 @@ def outcome(case: Case, layout: str) -> str:
         root = Path(tmp) / "ds"
         case.write(root)
         try:
-            index = read_split(root, "train", task=case.task, layout=layout)  # type: ignore[arg-type]
+            index = read_split(root, "train", task=case.task, layout=layout, verify=case.verify)  # type: ignore[arg-type]
         except (DataFormatError, LayoutError) as err:
             msg = str(err)
             assert "\n" not in msg, f"multi-line refusal for {case.ops}: {msg!r}"
@@ -433,6 +531,8 @@ def outcome(case: Case, layout: str) -> str:
         except Exception as err:
             pytest.fail(f"{type(err).__name__} escaped the reader for {case.ops}: {err}")
         _check_loaded(index)
+        if case.verify == "full":
+            _check_decoded(index, case)
         return "skipped" if index.report.total else "loaded"
 
 
@@ -447,7 +547,10 @@ READERS: dict[str, tuple[Callable[[], st.SearchStrategy[Case]], str, int]] = {
     "coco": (coco_cases, "coco", 400),
     "yolo": (yolo_cases, "yolo", 400),
     "dota": (dota_cases, "dota", 200),
+    "images": (image_cases, "yolo", 300),
 }
+# `benchmarks/fuzz_readers.py` runs every reader this many times longer (the committed run).
+SCALE = int(os.environ.get("LUCID_FUZZ_SCALE", "1"))
 
 
 @pytest.mark.parametrize("reader", sorted(READERS))
@@ -457,6 +560,7 @@ def test_reader_fuzz_loads_refuses_with_one_line_or_counts_a_skip(
     """Generated malformed datasets: every case loads, is refused with one line naming the file
     (and line), or skips and counts; the fuzzer reaches all three outcomes."""
     strategy, layout, n = READERS[reader]
+    n *= SCALE
     counts: Counter[str] = Counter()
 
     @settings(FUZZ, max_examples=n)

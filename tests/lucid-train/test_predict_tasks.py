@@ -11,6 +11,7 @@ import pytest
 
 from lucid_train.cli.predict import iter_images, predict_images
 from lucid_train.data import LucidDataModule
+from lucid_train.data.image_io import CorruptImageError
 from lucid_train.tasks.task_modules import module_class
 
 EXTRA = {"detect": None, "segment": "mask_rle", "pose": "keypoints", "obb": "rotated"}
@@ -45,3 +46,28 @@ def test_a_missing_source_is_named(tmp_path: Path) -> None:
         list(iter_images(tmp_path / "nothing"))
     with pytest.raises(FileNotFoundError, match="no images"):
         list(iter_images(tmp_path))
+
+
+def test_a_folder_with_a_bad_file_predicts_the_rest_and_counts_it(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: the first undecodable file stopped the whole folder."""
+    root = small_synthetic("detect")
+    dm = LucidDataModule("detect", root, img_size=64, batch_size=2, num_workers=0)
+    s = dm.schema
+    module = module_class("detect")(
+        num_classes=s.num_classes, class_names=s.class_names, img_size=64, max_det=5
+    )
+    folder = tmp_path / "in"
+    folder.mkdir()
+    good = next(iter_images(root / "images" / "val"))
+    (folder / "good.png").write_bytes(good.read_bytes())
+    (folder / "bad.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    out = predict_images(module, folder, tmp_path / "out", conf=0.0)
+    entries = json.loads(out.read_text())
+    assert [Path(e["file"]).name for e in entries] == ["good.png"]
+    err = capsys.readouterr().err
+    assert "lucid predict: skipped 1 of 2 image(s)" in err and "bad.jpg" in err
+    (folder / "good.png").unlink()
+    with pytest.raises(CorruptImageError, match=r"none of its 1 image\(s\) can be decoded"):
+        predict_images(module, folder, tmp_path / "out2", conf=0.0)

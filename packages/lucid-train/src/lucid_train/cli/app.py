@@ -44,7 +44,10 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from lucid_train.atomic_files import write_text
+from lucid_train.cli.command_errors import report as report_error
+from lucid_train.cli.config_files import check_config_files
 from lucid_train.cli.export import export_checkpoint
+from lucid_train.cli.fit_outcome import done_line
 from lucid_train.cli.flags import (
     DEFAULT_IMG_SIZE,
     TRAINER_VERBS,
@@ -56,15 +59,14 @@ from lucid_train.cli.flags import (
     task_of,
 )
 from lucid_train.cli.resume import CONFIG_FILE, Resume, ResumeConflictError, resume_argv
-from lucid_train.data import DataFormatError, LayoutError, LucidDataModule
+from lucid_train.data import LucidDataModule
 from lucid_train.distributed import fit_strategy, shared_run_dir
 from lucid_train.model_spec import parse_model
+from lucid_train.run.run_folder import checked_run_dir, writable_folder
 from lucid_train.run.trainer import build_loggers, build_trainer, new_run_dir
 from lucid_train.tasks.module import YOLOModule, schema_arguments
-from lucid_train.tasks.nonfinite import NonFiniteLossError
 from lucid_train.tasks.restore import load_module
 from lucid_train.tasks.task_modules import module_class
-from lucid_train.weights.checkpoint_file import CheckpointError
 
 __all__ = [
     "CONFIG_FILE",
@@ -85,16 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     verb = next((a for a in args if a in VERBS), "")
     try:
         cli = LucidCLI(args)
-    except (
-        CheckpointError,
-        LayoutError,
-        DataFormatError,
-        FileNotFoundError,
-        NonFiniteLossError,
-        ResumeConflictError,
-    ) as err:
-        print(f"lucid {verb}: error: {err}", file=sys.stderr)
-        return 2
+    except Exception as err:  # a LucidError, a full disk ...: one line (`command_errors`)
+        code = report_error(verb, err)
+        if code is None:
+            raise  # a bug: its traceback is the report
+        return code
     return cli.exit_code
 
 
@@ -167,6 +164,7 @@ class LucidCLI(LightningCLI):
     # -- parsing -----------------------------------------------------------------------------
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        check_config_files(list(args))  # a broken file is named (`config_files`)
         argv = self._expand(list(args))
         # --print_config is answered last, so that a resumed fit prints the config it resumes
         printing = [a for a in argv if a.startswith("--print_config")]
@@ -230,10 +228,11 @@ class LucidCLI(LightningCLI):
                 **model_args, **schema_arguments(self.datamodule.schema)
             )
             if self.resume is not None:
-                self.run_dir = self.resume.run_dir
+                self.run_dir = writable_folder(self.resume.run_dir)
             else:  # one folder for every rank of a data-parallel fit (T85)
                 root, name = cfg.run.root, cfg.run.name
-                self.run_dir = shared_run_dir(lambda: new_run_dir(root, task, name))
+                make = lambda: checked_run_dir(lambda: new_run_dir(root, task, name))  # noqa: E731
+                self.run_dir = shared_run_dir(make)  # created and checked writable
         elif verb in TRAINER_VERBS:
             self.model = load_module(cfg.ckpt, task=task_of(cfg.model), model=cfg.model)
             data = _kwargs(cfg.data)
@@ -313,14 +312,9 @@ class LucidCLI(LightningCLI):
         except SIGTERMException:
             self.exit_code = _stopped_by_sigterm(self.trainer, self.run_dir)
             return
-        wall = time.perf_counter() - start
-        best = getattr(self.trainer.checkpoint_callback, "best_model_score", None)
-        best_text = "n/a" if best is None else f"{float(best):.4f}"
         assert self.run_dir is not None
-        print(
-            f"lucid fit: done in {wall:.0f} s; best val/mAP50-95 (e2e box) {best_text}; "
-            f"checkpoints in {self.run_dir / 'checkpoints'}"
-        )
+        wall = time.perf_counter() - start
+        print(done_line(self.trainer.checkpoint_callback, self.run_dir, wall))
 
     def predict(
         self,

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import lightning as L
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lucid_train.arg_types import BatchLimit, ImageSide
 from lucid_train.data import LucidDataModule
 from lucid_train.model_spec import parse_model
 from lucid_train.run.trainer import GRADIENT_CLIP, LOG_INTERVAL
@@ -81,10 +82,10 @@ def add_core_arguments(parser: LightningArgumentParser, verb: str) -> None:
     for name in BATCH_LIMITS:
         parser.add_argument(
             f"--trainer.{name}",
-            type=int | float | None,
+            type=BatchLimit | None,
             default=None,
-            help=f"{name.split('_')[1]} batches per epoch: a count (int) or a fraction "
-            "(float); default all",
+            help=f"{name.split('_')[1]} batches per epoch: a count (int >= 0) or a fraction "
+            "(float 0.0-1.0); default all",
         )
     parser.add_argument(
         "--trainer.precision",
@@ -126,7 +127,7 @@ def add_core_arguments(parser: LightningArgumentParser, verb: str) -> None:
         parser.set_defaults({"data.img_size": DEFAULT_IMG_SIZE})
     else:
         parser.add_argument(
-            "--data.img_size", type=int | None, default=None, help="default: the checkpoint's"
+            "--data.img_size", type=ImageSide | None, default=None, help="default: the checkpoint's"
         )
     parser.set_defaults({f"trainer.{k}": v for k, v in defaults.items()})
 
@@ -141,7 +142,7 @@ def add_verb_arguments(parser: LightningArgumentParser, verb: str) -> None:
         )
         parser.link_arguments("model.model", "data.task", compute_fn=_task_of_model)
         parser.link_arguments("model.model", "data.variant", compute_fn=_scale_of_model)
-        parser.link_arguments("data.img_size", "model.img_size")
+        parser.link_arguments("data.img_size", "model.img_size", int)  # a plain int to keep
         parser.link_arguments(
             "trainer.accumulate_grad_batches", "model.accumulate", compute_fn=_accumulation
         )

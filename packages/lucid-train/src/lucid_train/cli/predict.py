@@ -8,6 +8,7 @@ one-to-one branch, no NMS), and mapped back to source pixels. Output in ``out_di
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from lucid_models.postprocessing import masks_to_source
 from lucid_train.atomic_files import save_image, write_text
 from lucid_train.data.augment.letterbox import LetterboxParams
 from lucid_train.data.augment.warp import warp_image
-from lucid_train.data.image_io import IMAGE_SUFFIXES, open_rgb
+from lucid_train.data.image_io import IMAGE_SUFFIXES, CorruptImageError, open_rgb
 from lucid_train.report.overlays import draw_overlay
 
 __all__ = ["iter_images", "predict_images"]
@@ -77,8 +78,16 @@ def predict_images(
     hp = module.hparams
     names = list(hp["class_names"])
     results: list[dict[str, Any]] = []
-    for path in iter_images(source):
-        image = open_rgb(path)
+    paths = list(iter_images(source))
+    bad: list[str] = []
+    for path in paths:
+        try:
+            image = open_rgb(path)
+        except CorruptImageError as err:
+            if Path(source).is_file():
+                raise  # the one image asked for: its error is the answer
+            bad.append(f"{path.name} ({err.__cause__ or err})")
+            continue
         lb = LetterboxParams.fit(image.height, image.width, size)
         canvas = np.array(warp_image(image, lb.matrix, (size, size)), np.uint8)  # writable
         x = torch.from_numpy(canvas).to(device).permute(2, 0, 1)[None].float().div_(255)
@@ -114,6 +123,18 @@ def predict_images(
             )
         save_image(draw_overlay(record, names, hp.get("skeleton", ())), out / f"{path.stem}.jpg")
         results.append(_json_entry(path, image.size, record, names))
+    if bad and not results:
+        raise CorruptImageError(
+            f"--source {source}: none of its {len(paths)} image(s) can be decoded: "
+            f"{'; '.join(bad[:3])}"
+        )
+    if bad:
+        print(
+            f"lucid predict: skipped {len(bad)} of {len(paths)} image(s) that cannot be decoded "
+            f"(predicted the other {len(paths) - len(bad)}): {'; '.join(bad[:5])}"
+            + (" ..." if len(bad) > 5 else ""),
+            file=sys.stderr,
+        )
     target = out / "predictions.json"
     return write_text(target, json.dumps(results, indent=1))
 

@@ -17,6 +17,7 @@ from typing import Any
 from jsonargparse import Namespace, get_loader
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lucid_train.errors import LucidError
 from lucid_train.run.trainer import run_dir_of_checkpoint
 from lucid_train.tasks.module import SCHEMA_ARGUMENTS
 from lucid_train.weights.checkpoint_file import CheckpointInfo, read_checkpoint_info
@@ -28,7 +29,7 @@ CONFIG_FILE = "config.yaml"  # in the run folder: the config a fit was started w
 RESUME_FREE = ("ckpt_path", "config", "print_config")
 
 
-class ResumeConflictError(ValueError):
+class ResumeConflictError(LucidError, ValueError):
     """A flag given with ``--ckpt_path`` contradicts the config of the run it resumes."""
 
 

@@ -11,7 +11,10 @@ What is read, per task:
   names (``left_*`` ↔ ``right_*``).
 
 Crowd regions (``iscrowd: 1``) are not trained on: they are counted in the load report and left
-to evaluation, which reads the original JSON and scores them as COCO does (assumptions.md D4).
+to evaluation, which scores them as COCO does (assumptions.md D4). Evaluation's ground truth is
+what the reader kept (`scored_ground_truth`): the images it kept, each annotation it kept with
+its box clipped as it clipped it, and the crowd regions of those images; the rest of each entry
+(area, segmentation, keypoints) is the file's own.
 An extra per-annotation key ``difficult`` (written by DOTA tiling) sets `Targets.difficult`.
 
 Hard errors (the file is wrong): duplicate image or annotation ids, an annotation whose
@@ -19,8 +22,9 @@ Hard errors (the file is wrong): duplicate image or annotation ids, an annotatio
 list of the wrong length, and any field of the wrong type (an id that is not an integer, a
 ``bbox`` that is not four finite numbers, a size that is not a positive integer, ...): each names
 the file, the entry (``annotations[3]``) and the fix.
-Counted skips: crowd regions, empty boxes, rings with fewer than 3 points (or not 4 for obb), RLE
-masks, missing / unreadable image files.
+Counted skips: crowd regions, empty boxes (after clipping to the image), rings with fewer than 3
+points or an odd count of coordinates (or not 4 points for obb), RLE masks, missing / unreadable
+image files.
 """
 
 from __future__ import annotations
@@ -216,7 +220,7 @@ def read_coco(
             )
         images[iid] = im
 
-    per_image: dict[int, list[dict[str, Any]]] = {iid: [] for iid in images}
+    per_image: dict[int, list[tuple[int, dict[str, Any]]]] = {iid: [] for iid in images}
     seen_ids: set[Any] = set()
     for i, ann in enumerate(_entries(doc, "annotations", str(ann_file))):
         at = f"{ann_file}: annotations[{i}]"
@@ -241,7 +245,7 @@ def read_coco(
                 f"{ann_file}: annotation {aid} refers to image_id {iid}, which is not in 'images'; "
                 "add the image or fix the id"
             )
-        per_image[iid].append(ann)
+        per_image[iid].append((i, ann))
 
     records: list[ImageRecord] = []
     for iid in sorted(images):
@@ -259,41 +263,55 @@ def read_coco(
             report.skip("missing image file", str(path))
             continue
         size = check_image(path, verify)
-        if size is None:
-            report.skip("corrupt or truncated image", str(path))
+        if isinstance(size, str):
+            report.skip(size, str(path))
             continue
         if verify != "none" and size != (width, height):
             raise DataFormatError(
                 f"{ann_file}: image {iid} ({path}) is declared {width}x{height} but the file is "
                 f"{size[0]}x{size[1]}; fix 'width'/'height' in the JSON"
             )
-        targets = _image_targets(
+        targets, scored = _image_targets(
             per_image[iid], schema, label_of, width, height, report, str(ann_file)
         )
-        records.append(ImageRecord(iid, path, height, width, targets))
+        records.append(ImageRecord(iid, path, height, width, targets, scored))
     report.log()
     return DatasetIndex(schema, records, report, coco_json=ann_file)
 
 
+def clip_box(xywh: Sequence[float] | np.ndarray, width: int, height: int) -> np.ndarray | None:
+    """COCO ``[x, y, w, h]`` as xyxy float64 clipped to the image, or None when nothing is left."""
+    x, y, w, h = (float(v) for v in xywh)
+    with np.errstate(over="ignore"):
+        box = np.array([x, y, x + w, y + h], np.float64)
+    box[[0, 2]] = box[[0, 2]].clip(0, width)
+    box[[1, 3]] = box[[1, 3]].clip(0, height)
+    return None if box[2] <= box[0] or box[3] <= box[1] else box
+
+
 def _image_targets(
-    anns: list[dict[str, Any]],
+    anns: list[tuple[int, dict[str, Any]]],
     schema: DatasetSchema,
     label_of: dict[int, int],
     width: int,
     height: int,
     report: LoadReport,
     where: str,
-) -> Targets:
+) -> tuple[Targets, tuple[int, ...]]:
+    """The image's targets and the annotations evaluation scores (`ImageRecord.scored`)."""
     task = schema.task
     k = schema.num_keypoints
     boxes, labels, difficult, rings, kpts = [], [], [], [], []
-    for ann in anns:
+    kept: list[int] = []
+    crowd: list[int] = []
+    for pos, ann in anns:
         aid = f"{where}: annotation {ann.get('id', '?')}"
         for flag in ("iscrowd", "difficult"):
             if not isinstance(ann.get(flag, 0), (bool, int, float)):
                 raise DataFormatError(f"{aid}: '{flag}' must be 0 or 1, got {ann[flag]!r:.40}")
         if ann.get("iscrowd", 0):
             report.skip("crowd region (scored by evaluation, not trained on)", aid)
+            crowd.append(pos)
             continue
         if "bbox" not in ann:
             raise DataFormatError(f"{aid}: missing 'bbox' [x, y, width, height]; add it")
@@ -302,13 +320,9 @@ def _image_targets(
             raise DataFormatError(
                 f"{aid}: 'bbox' must be [x, y, width, height], got {xywh.size} values"
             )
-        x, y, w, h = (float(v) for v in xywh)
-        with np.errstate(over="ignore"):
-            box = np.array([x, y, x + w, y + h], np.float64)
-        box[[0, 2]] = box[[0, 2]].clip(0, width)
-        box[[1, 3]] = box[[1, 3]].clip(0, height)
-        if box[2] <= box[0] or box[3] <= box[1]:
-            report.skip("empty box", aid)
+        box = clip_box(xywh, width, height)
+        if box is None:
+            report.skip("empty box (no area inside the image)", aid)
             continue
         if task in ("segment", "obb"):
             seg = ann.get("segmentation")
@@ -316,7 +330,10 @@ def _image_targets(
                 report.skip("no polygon segmentation (RLE or missing)", aid)
                 continue
             ring = _numbers(seg[0], aid, "'segmentation' ring")
-            if ring.size % 2 or ring.size < 6:
+            if ring.size % 2:
+                report.skip("polygon with an odd count of coordinates", aid)
+                continue
+            if ring.size < 6:
                 report.skip("polygon with fewer than 3 points", aid)
                 continue
             ring = ring.reshape(-1, 2)
@@ -336,6 +353,8 @@ def _image_targets(
         boxes.append(box)
         labels.append(label_of[int(ann["category_id"])])
         difficult.append(bool(ann.get("difficult", False)))
+        kept.append(pos)
+    scored = (*kept, *crowd)
     n = len(boxes)
     base = Targets(
         boxes=np.asarray(boxes, np.float32).reshape(n, 4),
@@ -343,22 +362,52 @@ def _image_targets(
         difficult=np.asarray(difficult, np.bool_).reshape(n),
     )
     if task == "segment":
-        return base.replace(polygons=tuple(r.astype(np.float32) for r in rings))
+        return base.replace(polygons=tuple(r.astype(np.float32) for r in rings)), scored
     if task == "obb":
         with np.errstate(over="ignore", invalid="ignore"):
             rb = fit_rboxes(np.stack(rings) if rings else np.zeros((0, 4, 2)))
         if not np.isfinite(rb).all():
             raise DataFormatError(
-                f"{where}: a 4-point ring of image {anns[0].get('image_id')} spans more than "
+                f"{where}: a 4-point ring of image {anns[0][1].get('image_id')} spans more than "
                 "float32 can hold; fix its coordinates (pixels of the image)"
             )
-        return base.replace(boxes=rbox_envelopes(rb), rboxes=rb)
+        return base.replace(boxes=rbox_envelopes(rb), rboxes=rb), scored
     if task == "pose":
         arr = np.stack(kpts) if kpts else np.zeros((0, k, 3))
         vis = arr[..., 2].round().clip(0, 2).astype(np.uint8)
         xy = np.where(vis[..., None] > 0, arr[..., :2], 0.0).astype(np.float32)
-        return base.replace(keypoints=xy, keypoint_vis=vis)
-    return base
+        return base.replace(keypoints=xy, keypoint_vis=vis), scored
+    return base, scored
+
+
+def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
+    """The COCO document evaluation scores ``index`` against, read from its file
+    (``index.coco_json``): only the images the reader kept, and of their annotations those it
+    kept, box clipped as it clipped it (``bbox`` rewritten, the rest of the entry as in the
+    file), then their crowd regions as they are. A perfect prediction of the records' targets
+    then scores 1.0, whatever the file held that the loader skipped or clipped."""
+    if index.coco_json is None:
+        raise ValueError("scored_ground_truth: the index was not read from a COCO file")
+    doc: dict[str, Any] = json.loads(read_text(index.coco_json))
+    source = doc["annotations"]
+    by_id = {int(im["id"]): im for im in doc["images"]}
+    free_id = 1 + max((int(a["id"]) for a in source if "id" in a), default=0)
+    images: list[dict[str, Any]] = []
+    anns: list[dict[str, Any]] = []
+    for rec in index.records:
+        images.append({**by_id[rec.image_id], "id": rec.image_id})
+        for pos in rec.scored:
+            ann = {**source[pos], "image_id": rec.image_id}
+            ann["id"] = int(ann["id"]) if "id" in ann else free_id + pos
+            ann["category_id"] = int(ann["category_id"])
+            if not ann.get("iscrowd", 0):
+                box = clip_box(ann["bbox"], rec.width, rec.height)
+                assert box is not None  # the reader kept it
+                x1, y1, x2, y2 = (float(v) for v in box)
+                ann["bbox"] = [x1, y1, x2 - x1, y2 - y1]
+            ann.setdefault("area", float(ann["bbox"][2] * ann["bbox"][3]))
+            anns.append(ann)
+    return {**doc, "images": images, "annotations": anns}
 
 
 def coco_document(index: DatasetIndex, *, images_dir: Path | None = None) -> dict[str, Any]:

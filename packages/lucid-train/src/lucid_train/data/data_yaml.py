@@ -101,7 +101,10 @@ def _inline(s: str, where: str) -> Any:
             raise DataFormatError(
                 f"{where}: expected 'key: value' inside {{...}}, got {part.strip()!r}"
             )
-        out[_scalar(key, where)] = _scalar(value, where)
+        name = _scalar(key, where)
+        if name in out:
+            raise DataFormatError(f"{where}: key {name!r} appears twice inside {{...}}")
+        out[name] = _scalar(value, where)
     return out
 
 
@@ -129,7 +132,9 @@ def parse_data_yaml(text: str, source: str = "data.yaml") -> dict[str, Any]:
             raise DataFormatError(f"{where}: expected 'key: value', got {raw.strip()!r}")
         key, rest = m.group(1), m.group(2).strip()
         if key in out:
-            raise DataFormatError(f"{where}: key {key!r} appears twice")
+            raise DataFormatError(
+                f"{where}: key {key!r} appears twice; the second would replace the first"
+            )
         if rest in ("|", ">", "|-", ">-"):
             block = []
             while i < len(lines) and (not lines[i].strip() or lines[i][0].isspace()):
@@ -142,6 +147,7 @@ def parse_data_yaml(text: str, source: str = "data.yaml") -> dict[str, Any]:
             continue
         items: list[Any] = []
         mapping: dict[Any, Any] = {}
+        first_line: dict[Any, int] = {}
         while i < len(lines):
             sub = _strip_comment(lines[i])
             if not sub.strip():
@@ -173,7 +179,14 @@ def parse_data_yaml(text: str, source: str = "data.yaml") -> dict[str, Any]:
                         f"{sub_where}: nested blocks are not supported under {key!r}; "
                         "write the value inline"
                     )
-                mapping[_scalar(k, sub_where)] = _scalar(v, sub_where)
+                name = _scalar(k, sub_where)
+                if name in mapping:
+                    raise DataFormatError(
+                        f"{sub_where}: key {name!r} appears twice under {key!r} (first on line "
+                        f"{first_line[name]}); the second would replace the first"
+                    )
+                first_line[name] = i + 1
+                mapping[name] = _scalar(v, sub_where)
             i += 1
         out[key] = mapping if mapping else (items if items else None)
     return out

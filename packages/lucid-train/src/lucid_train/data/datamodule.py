@@ -9,7 +9,6 @@ with a placeholder path still parses.
 
 from __future__ import annotations
 
-import json
 import os
 from functools import partial
 from pathlib import Path
@@ -19,8 +18,9 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from lucid_train.arg_types import ImageSide, NonNegativeInt, PositiveInt, check_image_side
 from lucid_train.data.augment.config import AugmentConfig
-from lucid_train.data.coco import coco_document
+from lucid_train.data.coco import coco_document, scored_ground_truth
 from lucid_train.data.dataset import (
     MOSAIC_POOLS,
     WORKER_NICE,
@@ -32,7 +32,7 @@ from lucid_train.data.dataset import (
 )
 from lucid_train.data.epoch_loader import EpochLoader
 from lucid_train.data.image_io import Verify
-from lucid_train.data.layout import Layout, read_split
+from lucid_train.data.layout import Layout, read_split, refuse_unannotated
 from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import TASKS, DatasetIndex, DatasetSchema, Task
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
@@ -84,6 +84,8 @@ class LucidDataModule(L.LightningDataModule):
         load_resize: resize each training source to the long side ``img_size`` before the
             augmentation, as the authors' ``load_image`` (their pixels are resampled twice, ours
             once otherwise; assumptions.md D24); sources are then decoded in the workers.
+        allow_empty: accept a split whose images hold no annotation at all (every image a
+            background); without it such a split is refused, since it trains or scores nothing.
     """
 
     def __init__(
@@ -92,9 +94,9 @@ class LucidDataModule(L.LightningDataModule):
         root: str | Path | None = None,
         *,
         format: Layout | Literal["auto"] = "auto",
-        img_size: int = 640,
-        batch_size: int = 16,
-        num_workers: int | None = None,
+        img_size: ImageSide = 640,
+        batch_size: PositiveInt = 16,
+        num_workers: NonNegativeInt | None = None,
         augment: AugmentConfig | None = None,
         variant: str | None = None,
         scale_policy: bool = False,
@@ -113,6 +115,7 @@ class LucidDataModule(L.LightningDataModule):
         decode: Literal["auto", "cpu", "device"] = "auto",
         mosaic_pool: MosaicPool = "batch",
         load_resize: bool = False,
+        allow_empty: bool = False,
     ) -> None:
         super().__init__()
         if mosaic_pool not in MOSAIC_POOLS:
@@ -124,19 +127,25 @@ class LucidDataModule(L.LightningDataModule):
             raise ValueError(f"cache: expected 'none' or 'ram', got {cache!r}")
         if task not in TASKS:
             raise ValueError(f"task: expected one of {list(TASKS)}, got {task!r}")
-        if img_size <= 0 or img_size % 32:
-            raise ValueError(f"img_size: expected a positive multiple of 32, got {img_size}")
+        # the parser checks these ranges (`lucid_train.arg_types`); Python callers are checked here
+        try:
+            check_image_side(img_size)
+        except ValueError as err:
+            raise ValueError(f"img_size: {err}") from None
         if batch_size <= 0:
             raise ValueError(f"batch_size: expected > 0, got {batch_size}")
+        if num_workers is not None and num_workers < 0:
+            raise ValueError(f"num_workers: expected >= 0, got {num_workers}")
         if scale_policy and augment is None and not variant:
             raise ValueError("scale_policy: needs the model scale, variant='n' ... 'x'")
         self.task: Task = task
         self.data = None if root is None else Path(root)
         self.layout: Layout | Literal["auto"] = format
-        self.img_size = img_size
-        self.batch_size = batch_size
+        # plain ints: the parser's range types are int subclasses, which no checkpoint may hold
+        self.img_size = int(img_size)
+        self.batch_size = int(batch_size)
         self._auto_workers = num_workers is None
-        self.num_workers = self._workers(1) if num_workers is None else num_workers
+        self.num_workers = self._workers(1) if num_workers is None else int(num_workers)
         self.augment = augment or (
             AugmentConfig.for_variant(variant) if scale_policy and variant else AugmentConfig()
         )
@@ -154,6 +163,7 @@ class LucidDataModule(L.LightningDataModule):
         self.decode: Literal["auto", "cpu", "device"] = decode
         self.mosaic_pool: MosaicPool = mosaic_pool
         self.load_resize = load_resize
+        self.allow_empty = allow_empty
         self.ram: dict[str, RamImages] = {}  # by split key, filled in setup with cache="ram"
         self.close_mosaic_from: int | None = None
         self._root: Path | None = None
@@ -181,6 +191,8 @@ class LucidDataModule(L.LightningDataModule):
                 verify=self.verify,
                 missing_labels=self.missing_labels,
             )
+            if not self.allow_empty:
+                refuse_unannotated(self.indices[key], split)
         return self.indices[key]
 
     def setup(self, stage: str | None = None) -> None:
@@ -271,12 +283,12 @@ class LucidDataModule(L.LightningDataModule):
         return {r.image_id: r.path for r in self._index(stage).records}
 
     def coco_ground_truth(self, stage: str = "val") -> dict[str, Any]:
-        """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: the dataset's
-        own JSON when it came from one, else built from the records."""
+        """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: what the
+        reader kept of the dataset's own JSON when it came from one
+        (`lucid_train.data.coco.scored_ground_truth`), else built from the records."""
         index = self._index(stage)
         if index.coco_json is not None:
-            doc: dict[str, Any] = json.loads(index.coco_json.read_text())
-            return doc
+            return scored_ground_truth(index)
         return coco_document(index)
 
     def _loader(

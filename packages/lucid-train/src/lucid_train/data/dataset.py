@@ -36,7 +36,7 @@ from lucid_train.data.augment.letterbox import letterbox
 from lucid_train.data.augment.pipeline import TrainAugment
 from lucid_train.data.augment.plan import SizedImage
 from lucid_train.data.augment.warp import scaling, transform_targets, warp_image
-from lucid_train.data.image_io import open_rgb, read_jpeg
+from lucid_train.data.image_io import CorruptImageError, open_rgb, read_jpeg
 from lucid_train.data.masks import MASK_STRIDE, instance_map
 from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import DatasetSchema, ImageRecord
@@ -101,6 +101,11 @@ class _DecodeCache:
         self.items: OrderedDict[int, tuple[SizedImage, Targets]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        self.skipped: list[str] = []  # corrupt files met since the last `take_skipped`
+
+    def take_skipped(self) -> tuple[str, ...]:
+        out, self.skipped = tuple(self.skipped), []
+        return out
 
     def __call__(self, index: int) -> tuple[SizedImage, Targets]:
         rec = self.records[index]
@@ -109,14 +114,7 @@ class _DecodeCache:
         item = self.items.get(index)
         if item is None:
             self.misses += 1
-            image: SizedImage
-            if self.ram is not None:
-                image = self.ram.image(index)
-            else:
-                image = (read_jpeg(rec.path) if self.encoded else None) or open_rgb(rec.path)
-            item = (image, rec.targets)
-            if self.resize is not None and isinstance(image, Image.Image):
-                item = load_resized(image, rec.targets, self.resize)
+            item = self._decode(index)
             self.items[index] = item
             if len(self.items) > self.capacity:
                 self.items.popitem(last=False)
@@ -124,6 +122,29 @@ class _DecodeCache:
             self.hits += 1
             self.items.move_to_end(index)
         return item
+
+    def _decode(self, index: int) -> tuple[SizedImage, Targets]:
+        """The image and targets of record ``index`` (load-resized when asked); a file that no
+        longer decodes (it turned corrupt after the split was read) is noted in `skipped` and
+        stands in by the next record that decodes, targets and all, as the authors' loader drops
+        corrupt images."""
+        n = len(self.records)
+        for step in range(n):
+            at = (index + step) % n
+            rec = self.records[at]
+            image: SizedImage
+            try:
+                if self.ram is not None:
+                    image = self.ram.image(at)
+                else:
+                    image = (read_jpeg(rec.path) if self.encoded else None) or open_rgb(rec.path)
+            except CorruptImageError:
+                self.skipped.append(str(rec.path))
+                continue
+            if self.resize is not None and isinstance(image, Image.Image):
+                return load_resized(image, rec.targets, self.resize)
+            return image, rec.targets
+        raise CorruptImageError(f"{self.records[index].path}: no image of the split decodes now")
 
 
 def _rings(targets: Targets) -> list[np.ndarray]:
@@ -233,7 +254,10 @@ class TrainDataset(Dataset[Sample]):
         pool, mix_pool = self.partners(epoch, position)
         seed = np.random.SeedSequence([self.seed, epoch, position])
         try:
-            return self._render(epoch, index, seed, pool, mix_pool)
+            self.cache.take_skipped()
+            sample = self._render(epoch, index, seed, pool, mix_pool)
+            sample.skipped = self.cache.take_skipped()
+            return sample
         except Exception as exc:
             # A worker's traceback reaches the main process with its notes: name the sample.
             exc.add_note(

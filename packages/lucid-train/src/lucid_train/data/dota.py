@@ -118,8 +118,8 @@ def read_dota(
                 "DOTA has one per image (empty = background)"
             )
         size = check_image(image, "header" if verify == "none" else verify)
-        if size is None:
-            report.skip("corrupt or truncated image", str(image))
+        if isinstance(size, str):
+            report.skip(size, str(image))
             continue
         quads, labels, difficult = parse_label_txt(read_text(lbl), class_names, str(lbl))
         rb = fit_rboxes(quads)

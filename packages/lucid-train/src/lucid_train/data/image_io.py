@@ -2,6 +2,12 @@
 
 Pixels are taken as stored: the EXIF orientation tag is *not* applied, because COCO and YOLO
 annotations are made against the stored pixel grid (assumptions.md D9).
+
+Every mode becomes 8-bit RGB as the authors' loader (OpenCV's ``imread``) reads it (docs/data.md,
+"Image modes"): 16-bit samples keep their high byte (Pillow's own conversion clips a 16-bit grey
+PNG to 255), palette images take their colours, alpha is dropped (not composited), CMYK is
+converted as Pillow does (within one level of OpenCV). 32-bit float images are refused: neither
+reader has a scale for them.
 """
 
 from __future__ import annotations
@@ -11,15 +17,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from PIL import Image
+
+from lucid_train.errors import LucidError
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
 
 Verify = Literal["none", "header", "full"]
 
 
-class CorruptImageError(OSError):
+class CorruptImageError(LucidError, OSError):
     """An image file cannot be decoded; the message names the file and the fix."""
+
+
+# Modes holding more than 8 bits a sample, read as OpenCV reads 16-bit files: the high byte.
+_WIDE_GREY = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I"})
+_REFUSED = {"F": "32-bit float samples", "I;32": "32-bit samples"}
+
+
+def to_rgb(im: Image.Image) -> Image.Image:
+    """``im`` as 8-bit RGB (module docstring): what the loader trains on."""
+    if im.mode in _WIDE_GREY:
+        wide = np.asarray(im, dtype=np.int64)
+        grey = (wide.clip(0, 0xFFFF) >> 8).astype(np.uint8)
+        return Image.fromarray(grey, "L").convert("RGB")
+    if im.mode in _REFUSED:
+        raise ValueError(f"image mode {im.mode} ({_REFUSED[im.mode]}) has no 8-bit reading")
+    return im.convert("RGB")
+
+
+def problem_of(exc: BaseException) -> str:
+    """The load report's reason for an image that failed with ``exc``."""
+    if isinstance(exc, Image.DecompressionBombError):
+        return "image above Pillow's decompression-bomb pixel limit"
+    if isinstance(exc, ValueError) and "has no 8-bit reading" in str(exc):
+        return "image mode without an 8-bit reading (32-bit samples)"
+    return "corrupt or truncated image"
 
 
 def open_rgb(path: Path, *, draft_size: tuple[int, int] | None = None) -> Image.Image:
@@ -32,18 +66,25 @@ def open_rgb(path: Path, *, draft_size: tuple[int, int] | None = None) -> Image.
         with Image.open(path) as im:
             if draft_size is not None and im.format == "JPEG":
                 im.draft("RGB", draft_size)
-            rgb = im.convert("RGB")
+            rgb = to_rgb(im)
             rgb.load()
             return rgb
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:
+        raise CorruptImageError(
+            f"{path}: {exc}; the file is not corrupt, it is larger than lucid decodes: downscale "
+            "it, or raise PIL.Image.MAX_IMAGE_PIXELS if you trust it"
+        ) from exc
+    except (OSError, ValueError, SyntaxError) as exc:
         raise CorruptImageError(
             f"{path}: cannot decode image ({exc}); re-encode or delete the file, or read the split "
             "with verify='full' so corrupt images are skipped and counted at load time"
         ) from exc
 
 
-def check_image(path: Path, verify: Verify) -> tuple[int, int] | None:
-    """``(width, height)`` of ``path`` after the requested check, or ``None`` if it fails.
+def check_image(path: Path, verify: Verify) -> tuple[int, int] | str:
+    """``(width, height)`` of ``path`` after the requested check, or why it fails (the load
+    report's reason: corrupt, above the decompression-bomb limit, a mode without an 8-bit
+    reading).
 
     ``header`` reads only the header (cheap); ``full`` decodes every pixel, which also finds
     truncated files; ``none`` returns ``(0, 0)`` without opening the file.
@@ -53,11 +94,13 @@ def check_image(path: Path, verify: Verify) -> tuple[int, int] | None:
     try:
         with Image.open(path) as im:
             size = im.size
+            if im.mode in _REFUSED:
+                return problem_of(ValueError("has no 8-bit reading"))
             if verify == "full":
                 im.load()
             return (int(size[0]), int(size[1]))
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return None
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        return problem_of(exc)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from lucid_train.data.dota import read_dota
 from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify
 from lucid_train.data.records import DataFormatError, DatasetIndex, Task
 from lucid_train.data.yolo_txt import MissingLabels, read_yolo
+from lucid_train.errors import LucidError
 
 Layout = Literal["coco", "coco-split-folders", "yolo", "dota"]
 LAYOUTS: tuple[Layout, ...] = ("coco", "coco-split-folders", "yolo", "dota")
@@ -39,7 +40,7 @@ _EXPECTS: dict[Layout, str] = {
 }
 
 
-class LayoutError(ValueError):
+class LayoutError(LucidError, ValueError):
     """A dataset folder's layout is unknown or ambiguous."""
 
 
@@ -179,4 +180,20 @@ def _empty_split_message(m: LayoutMatch, split: str, index: DatasetIndex) -> str
         f"{m.images}: split {split!r} holds no usable image (looked for {looked}; "
         f"{'skipped: ' + skipped if skipped else 'found none'}); add images there or point "
         "--data.root at the dataset folder"
+    )
+
+
+def refuse_unannotated(index: DatasetIndex, split: str) -> None:
+    """Refuse a split whose images hold no annotation at all (crowd regions count as one):
+    it would train on backgrounds only, or score nothing, without a word.
+
+    Raises:
+        EmptySplitError: naming the split, its source and the flag that accepts it.
+    """
+    if any(len(r.targets) or r.scored for r in index.records):
+        return
+    raise EmptySplitError(
+        f"{index.report.source}: split {split!r} has {len(index.records)} image(s) and not one "
+        "annotation, so it would train or score nothing; check the annotation file, or pass "
+        "--data.allow_empty true to use it as it is"
     )

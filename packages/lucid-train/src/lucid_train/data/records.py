@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from lucid_train.data.targets import Targets
+from lucid_train.errors import LucidError
 
 Task = Literal["detect", "segment", "pose", "obb"]
 TASKS: tuple[Task, ...] = ("detect", "segment", "pose", "obb")
@@ -20,7 +21,7 @@ TASKS: tuple[Task, ...] = ("detect", "segment", "pose", "obb")
 logger = logging.getLogger("lucid_train.data")
 
 
-class DataFormatError(ValueError):
+class DataFormatError(LucidError, ValueError):
     """A dataset file breaks its format; the message names the file (and line) and the fix."""
 
 
@@ -33,6 +34,9 @@ class ImageRecord:
         path: the image file.
         height, width: the stored image size in pixels, as declared (COCO) or read from the header.
         targets: its annotations in pixels of the stored image.
+        scored: COCO reader only: the positions in the file's ``annotations`` list of what
+            evaluation scores for this image: each target's annotation in target order, then
+            its crowd regions (`lucid_train.data.coco.scored_ground_truth`).
     """
 
     image_id: int
@@ -40,6 +44,7 @@ class ImageRecord:
     height: int
     width: int
     targets: Targets
+    scored: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

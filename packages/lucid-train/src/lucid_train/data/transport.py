@@ -50,6 +50,10 @@ class Sample:
     plan: PixelPlan | None = None
     sources: dict[int, SizedImage] = field(default_factory=dict)
     paths: dict[int, str] = field(default_factory=dict)
+    skipped: tuple[str, ...] = ()  # images found corrupt while preparing it (substituted)
+
+
+_NOT_TENSORS = ("ready", "skipped")  # Batch fields `Batch.to` and `pin_memory` pass through
 
 
 @dataclass
@@ -88,12 +92,13 @@ class Batch:
     letterbox: torch.Tensor
     pixels: PixelBatch | None = None
     ready: Any = None
+    skipped: tuple[str, ...] = ()  # the samples' `Sample.skipped`, for the epoch's summary
 
     def _map(self, fn: Any) -> Batch:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = value if value is None or f.name == "ready" else fn(value)
+            out[f.name] = value if value is None or f.name in _NOT_TENSORS else fn(value)
         return Batch(**out)
 
     def to(self, device: torch.device | str, non_blocking: bool = True) -> Batch:
@@ -193,4 +198,5 @@ def collate(samples: Sequence[Sample]) -> Batch:
         orig_hw=torch.tensor([s.orig_hw for s in samples], dtype=torch.int64),
         letterbox=torch.tensor([s.letterbox for s in samples], dtype=torch.float64),
         pixels=pixels,
+        skipped=tuple(path for s in samples for path in s.skipped),
     )

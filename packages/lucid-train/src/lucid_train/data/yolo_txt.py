@@ -11,7 +11,9 @@ instance per line, every coordinate normalised to ``[0, 1]`` by the image width 
 
 Values outside ``[0, 1]`` are refused, not clamped: the message names the file and line. An empty
 label file is a background image; a *missing* label file is an error by default (``missing_labels``
-chooses ``skip`` or ``background`` instead, both counted in the load report).
+chooses ``skip`` or ``background`` instead, both counted in the load report). A box without area
+(zero width or height) is skipped and counted, as the COCO reader does; so is a label file under
+``labels/`` that no image of the split has.
 """
 
 from __future__ import annotations
@@ -173,8 +175,8 @@ def read_yolo(
     records: list[ImageRecord] = []
     for image in _split_images(root, cfg.get(split), data_yaml, split):
         size = check_image(image, "header" if verify == "none" else verify)
-        if size is None:
-            report.skip("corrupt or truncated image", str(image))
+        if isinstance(size, str):
+            report.skip(size, str(image))
             continue
         lbl = label_path(image)
         if not lbl.is_file():
@@ -196,16 +198,40 @@ def read_yolo(
         else:
             text = read_text(lbl)
         width, height = size
-        targets = parse_label_text(text, schema, dims, width, height, str(lbl))
+        targets = parse_label_text(text, schema, dims, width, height, str(lbl), report)
         records.append(ImageRecord(len(records), image, height, width, targets))
+    _count_orphan_labels(cfg.get(split), root, records, report)
     report.log()
     return DatasetIndex(schema, records, report)
 
 
+def _count_orphan_labels(
+    entry: Any, root: Path, records: list[ImageRecord], report: LoadReport
+) -> None:
+    """Count the label files of the split's image folders that belong to no image read."""
+    used = {label_path(r.path) for r in records}
+    for e in entry if isinstance(entry, list) else [entry]:
+        folder = Path(e) if Path(e).is_absolute() else root / e
+        if not folder.is_dir() or "images" not in folder.parts:
+            continue
+        labels = label_path(folder / "x").parent
+        if labels.is_dir():
+            for lbl in sorted(labels.rglob("*.txt")):
+                if lbl not in used and lbl.name != "classes.txt":
+                    report.skip("label file without an image (ignored)", str(lbl))
+
+
 def parse_label_text(
-    text: str, schema: DatasetSchema, dims: int, width: int, height: int, where: str
+    text: str,
+    schema: DatasetSchema,
+    dims: int,
+    width: int,
+    height: int,
+    where: str,
+    report: LoadReport | None = None,
 ) -> Targets:
-    """Parse one label file's text into pixel `Targets` (see the module docstring)."""
+    """Parse one label file's text into pixel `Targets` (see the module docstring); a box
+    without area is skipped, counted in ``report`` when given."""
     task, k = schema.task, schema.num_keypoints
     scale = np.array([width, height], np.float64)
     boxes, labels, rings, rboxes_in, kpts = [], [], [], [], []
@@ -228,7 +254,12 @@ def parse_label_text(
             )
         expected = {"detect": "5", "obb": "9", "pose": str(5 + k * dims)}.get(task)
         if task == "segment":
-            if coords.size % 2 or coords.size < 6:
+            if coords.size % 2:
+                raise DataFormatError(
+                    f"{at}: a segment line needs a class then x y pairs, got an odd count of "
+                    f"{coords.size} coordinate values; a value is missing or extra"
+                )
+            if coords.size < 6:
                 raise DataFormatError(
                     f"{at}: a segment line needs a class and at least 3 x y points, got "
                     f"{coords.size} coordinate value(s); remove the line or complete the polygon"
@@ -247,12 +278,19 @@ def parse_label_text(
                 f"{at}: value {bad:g} is outside [0, 1]; YOLO labels are normalised by the image "
                 "size: divide x by the width and y by the height (lucid refuses rather than clamps)"
             )
+        extent = coords[2:4] if task in ("detect", "pose") else None
+        if task == "segment":
+            ring = coords.reshape(-1, 2) * scale
+            extent = ring.max(0) - ring.min(0)
+        if extent is not None and (extent <= 0).any():
+            if report is not None:
+                report.skip("empty box (zero width or height)", at)
+            continue
         labels.append(int(cls))
         if task in ("detect", "pose"):
             cx, cy, w, h = coords[:4] * np.tile(scale, 2)
             boxes.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
         if task == "segment":
-            ring = coords.reshape(-1, 2) * scale
             rings.append(ring)
             boxes.append([*ring.min(0), *ring.max(0)])
         if task == "obb":

@@ -45,6 +45,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lucid_train.atomic_files import atomic_path
+from lucid_train.errors import LucidError
 from lucid_train.run.checkpoint_process import (
     Slot,
     WriterProcess,
@@ -57,7 +58,7 @@ from lucid_train.weights.checkpoint_file import load_checkpoint_file
 __all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "host_snapshot"]
 
 
-class CheckpointWriteError(RuntimeError):
+class CheckpointWriteError(LucidError, RuntimeError):
     """A background checkpoint write failed; the file named keeps its previous version."""
 
 

@@ -41,6 +41,7 @@ from lucid_train.data.records import Task
 from lucid_train.report.metrics_log import RunCSVLogger
 from lucid_train.run.checkpoint_io import AtomicCheckpointIO
 from lucid_train.run.last_checkpoint import LastCheckpoint
+from lucid_train.run.skipped_images import SkippedImages
 
 __all__ = [
     "LOG_INTERVAL",
@@ -276,6 +277,7 @@ def build_trainer(
         from lucid_train.report.run_report import RunReport
 
         cbs.append(RunReport(run_dir))
+    cbs.append(SkippedImages())  # corrupt training images met mid-epoch, counted
     cbs.extend(callbacks)
     wants_bar = trainer_kwargs.get("enable_progress_bar", True) is not False
     if wants_bar and not any(isinstance(cb, ProgressBar) for cb in cbs):

@@ -37,12 +37,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lucid_train.errors import LucidError
+
 __all__ = ["MAX_LAG", "FiniteLossGuard", "NonFiniteLossError", "check_finite_loss"]
 
 MAX_LAG = 2  # batches a GPU verdict may stay unread before the host waits for it
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(LucidError, FloatingPointError):
     """A loss term became NaN or infinite.
 
     Attributes:

@@ -34,6 +34,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from lucid_train.errors import LucidError
+
 __all__ = [
     "AuthorsCheckpoint",
     "Inert",
@@ -65,7 +67,7 @@ TASK_OF_CLASS = {
 }
 
 
-class AuthorsFormatError(ValueError):
+class AuthorsFormatError(LucidError, ValueError):
     """The file is not a checkpoint this reader understands (one line: what and why)."""
 
 

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 
 from lucid_train.data.records import Task
-from lucid_train.model_spec import SUFFIXES
+from lucid_train.errors import LucidError
+from lucid_train.model_spec import SUFFIXES, parse_model
 
 __all__ = [
     "CheckpointError",
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 
-class CheckpointError(ValueError):
+class CheckpointError(LucidError, ValueError):
     """A checkpoint that cannot be used: unsafe, truncated, corrupt or not lucid's. The message
     is one line naming the file and what to do."""
 
@@ -47,8 +48,14 @@ class NotALucidCheckpointError(CheckpointError):
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+    """What went wrong, in one line, without torch's advice to load with ``weights_only=False``
+    (for a file that is not a checkpoint, that advice is the one thing not to do)."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        after = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()
+        return f"not a readable pickle: {after[0].strip() if after else 'unknown'}"
+    lines = [line for line in text.strip().splitlines() if "weights_only" not in line]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _last_good_checkpoint(bad: Path) -> str:
@@ -141,6 +148,18 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
         raise NotALucidCheckpointError(
             f"checkpoint {p}: not a lucid checkpoint (no task/model in its hyper_parameters); "
             "pass a last.ckpt or best.ckpt written by `lucid fit`"
+        )
+    try:
+        spec = parse_model(str(hp["model"]))
+    except ValueError as err:
+        raise NotALucidCheckpointError(
+            f"checkpoint {p}: its hyper-parameter 'model' is {hp['model']!r:.60}, which is not a "
+            f"lucid model ({err}); the file was altered or written by another program"
+        ) from None
+    if hp["task"] != spec.task:
+        raise NotALucidCheckpointError(
+            f"checkpoint {p}: its task {hp['task']!r:.40} is not its model {spec.name}'s "
+            f"({spec.task}); the file was altered or written by another program"
         )
     epoch = ckpt.get("epoch")
     return CheckpointInfo(p, hp["task"], hp["model"], hp, int(epoch) if epoch is not None else None)

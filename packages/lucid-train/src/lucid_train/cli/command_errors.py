@@ -1,0 +1,74 @@
+"""The ``lucid`` command's one error path: an error the user can fix is one line, exit status 2.
+
+`error_line` decides: a `lucid_train.errors.LucidError` (every reader's, checkpoint's, run
+folder's and writer's error joins that family), a missing file, a full disk anywhere in the
+error's chain, or a folder the user may not write is printed as ``lucid <verb>: error: ...``.
+Anything else is a bug in lucid and keeps its traceback, for the bug report.
+
+An error raised in a DataLoader worker reaches the training process rebuilt by torch, its
+message the worker's whole traceback; the line shown is the original message, its last line.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+from collections.abc import Iterator
+
+from lucid_train.errors import LucidError
+
+__all__ = ["EXIT_USER_ERROR", "error_line", "report"]
+
+EXIT_USER_ERROR = 2
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _message(err: BaseException) -> str:
+    """The error's own message in one line (a worker's rebuilt traceback: its last line)."""
+    text = str(err).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if "Original Traceback" in text and lines:
+        last = lines[-1]
+        name = f"{type(err).__name__}: "
+        return last.split(name, 1)[1] if name in last else last
+    return " ".join(line.strip() for line in lines)
+
+
+def error_line(err: BaseException) -> str | None:
+    """The one line that reports ``err`` to the user, or None when it is a bug (traceback)."""
+    for link in _chain(err):
+        if isinstance(link, LucidError):
+            return _message(link)
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f"writing {link.filename}: " if link.filename else ""
+            return (
+                f"{where}the disk is full ({link.strerror}); the files lucid writes whole keep "
+                "their previous version; free space, then resume with --ckpt_path"
+            )
+    if isinstance(err, FileNotFoundError):
+        return _message(err)
+    if isinstance(err, OSError) and err.errno in _NOT_WRITABLE and err.filename:
+        return (
+            f"cannot write {err.filename}: {err.strerror}; pick a folder you can write "
+            "(--run.root for a fit)"
+        )
+    return None
+
+
+def report(verb: str, err: BaseException) -> int | None:
+    """Print ``err``'s line as ``lucid <verb>: error: ...`` and return the exit status, or None
+    (the caller re-raises: a bug)."""
+    line = error_line(err)
+    if line is None:
+        return None
+    print(f"lucid {verb}: error: {line}".replace("lucid : ", "lucid: "), file=sys.stderr)
+    return EXIT_USER_ERROR

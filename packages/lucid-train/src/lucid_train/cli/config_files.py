@@ -1,0 +1,56 @@
+"""``--config`` files read before the parser does, so a broken one is named in its message.
+
+jsonargparse reports a YAML syntax error with its line and column in ``"<unicode string>"``:
+the text, not the file. `check_config_files` parses each file given to ``--config`` first and
+refuses a broken one as ``path:line:column: ...``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from jsonargparse import get_loader
+
+from lucid_train.errors import LucidError
+
+__all__ = ["ConfigFileError", "check_config_files"]
+
+
+class ConfigFileError(LucidError, ValueError):
+    """A ``--config`` file that is not readable YAML; the message names the file and line."""
+
+
+def _config_paths(argv: Sequence[str]) -> list[Path]:
+    paths = []
+    for i, token in enumerate(argv):
+        if token == "--config" and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif token.startswith("--config="):
+            paths.append(token.partition("=")[2])
+    # an inline document (``--config '{...}'``) is not a file: the parser reads it itself
+    return [Path(p) for p in paths if "\n" not in p and not p.lstrip().startswith("{")]
+
+
+def check_config_files(argv: Sequence[str]) -> None:
+    """Refuse the first ``--config`` file that exists but is not valid YAML.
+
+    Raises:
+        ConfigFileError: naming the file, the line and column, and the problem.
+    """
+    for path in _config_paths(argv):
+        if not path.is_file():
+            continue  # the parser's own message names a missing file
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigFileError(f"--config {path}: not UTF-8 text ({err.reason})") from None
+        try:
+            get_loader("yaml")(text)  # the parser's own loader (PyYAML, through jsonargparse)
+        except Exception as err:  # a YAML error (the parser's message lacks the path)
+            if type(err).__module__.split(".")[0] != "yaml":
+                raise
+            mark = getattr(err, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else f"{path}"
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigFileError(f"--config {where}: not valid YAML ({problem})") from None

@@ -1,0 +1,187 @@
+"""Every fault a user can fix ends ``lucid`` with one ``lucid <verb>: error: ...`` line and exit
+status 2, not a traceback (issue 35): out-of-range flags (refused by their types while parsing),
+a run root that cannot be written, a broken ``--config`` file, a checkpoint naming an unknown
+model or holding random bytes, a full disk; a bug still shows its traceback."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from lucid_train import cli
+from lucid_train.atomic_files import atomic_path
+from lucid_train.cli.command_errors import error_line
+from lucid_train.cli.fit_outcome import done_line
+from lucid_train.errors import DiskFullError
+
+FAST = ["--data.img_size", "64", "--data.batch_size", "2", "--data.num_workers", "0",
+        "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1",
+        "--trainer.limit_train_batches", "1", "--trainer.limit_val_batches", "1"]  # fmt: skip
+
+
+def _one_error_line(err: str, verb: str) -> str:
+    assert "Traceback" not in err, err[-3000:]
+    lines = [line for line in err.splitlines() if f"lucid {verb}: error: " in line]
+    assert len(lines) == 1, err[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--data.batch_size", "0", "PositiveInt"),
+        ("--data.batch_size", "-1", "PositiveInt"),
+        ("--data.img_size", "100", "multiple of 32"),
+        ("--data.img_size", "0", "multiple of 32"),
+        ("--data.num_workers", "-1", "NonNegativeInt"),
+        ("--trainer.limit_train_batches", "-1", "NonNegativeInt"),
+    ],
+)
+def test_an_out_of_range_flag_is_refused_while_parsing(
+    flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused by the argument's type before any setup (no data is read): jsonargparse's usage
+    error names the flag and the range. Was: a ValueError traceback from the data module."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["fit", "--data.root", "/nonexistent", flag, value])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert "Traceback" not in err and flag.lstrip("-") in err and says in err, err
+
+
+def test_help_shows_the_ranges_types(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    out = capsys.readouterr().out
+    for shown in ("type: ImageSide", "type: PositiveInt", "NonNegativeInt"):
+        assert shown in out, shown
+
+
+def test_an_unwritable_run_root_is_refused_before_training(
+    small_synthetic: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """/sys is read-only for every user, root included. Was: mkdir's PermissionError."""
+    root = small_synthetic("detect")
+    code = cli.main(["fit", "--data.root", str(root), *FAST, "--run.root", "/sys/lucid-runs"])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2
+    assert "cannot create the run folder /sys/lucid-runs" in line and "--run.root" in line
+
+
+def test_a_broken_config_file_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "run.yaml"
+    bad.write_text("data:\n  root: [1, 2\n")
+    code = cli.main(["fit", "--config", str(bad)])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2 and f"--config {bad}:3:1: not valid YAML" in line
+
+
+def test_a_checkpoint_naming_an_unknown_model_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "odd.ckpt"
+    torch.save({"hyper_parameters": {"task": "detect", "model": "yolo99z"}, "state_dict": {}}, path)
+    code = cli.main(["validate", "--ckpt", str(path)])
+    line = _one_error_line(capsys.readouterr().err, "validate")
+    assert code == 2 and "'yolo99z', which is not a lucid model" in line
+
+
+def test_random_bytes_never_suggest_weights_only_false(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "noise.ckpt"
+    path.write_bytes(bytes(range(256)) * 8)
+    code = cli.main(["validate", "--ckpt", str(path)])
+    line = _one_error_line(capsys.readouterr().err, "validate")
+    assert code == 2 and "truncated or corrupt" in line
+    assert "weights_only" not in line and "will likely succeed" not in line
+
+
+def test_a_fit_that_trained_nothing_names_no_checkpoint_folder(tmp_path: Path) -> None:
+    """``--trainer.max_epochs 0``: was 'checkpoints in ...' for a folder never made."""
+    line = done_line(None, tmp_path, 1.0)
+    assert "nothing trained, no checkpoint written" in line and "checkpoints in" not in line
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert f"checkpoints in {tmp_path / 'checkpoints'}" in done_line(None, tmp_path, 1.0)
+
+
+def test_a_write_that_fills_the_disk_raises_disk_full_and_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.save says only 'unexpected pos' when the disk fills: the space left tells."""
+    target = tmp_path / "last.ckpt"
+    target.write_bytes(b"previous")
+
+    class Full:
+        f_bavail, f_frsize = 3, 4096
+
+    monkeypatch.setattr(os, "statvfs", lambda _: Full())
+
+    def fill() -> None:
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"partial")
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 5 vs 3")
+
+    with pytest.raises(DiskFullError, match=r"last\.ckpt: the disk is full \(12288 bytes left\)"):
+        fill()
+    assert target.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_error_lines_for_wrapped_and_plain_faults() -> None:
+    """A worker's rebuilt error shows its own message; ENOSPC anywhere in the chain is a full
+    disk; anything else is a bug (None: the traceback stays)."""
+    from lucid_train.data.image_io import CorruptImageError
+
+    wrapped = CorruptImageError(
+        "Caught CorruptImageError in DataLoader worker process 0.\nOriginal Traceback (most "
+        'recent call last):\n  File "x.py", line 1\nlucid_train.data.image_io.CorruptImageError: '
+        "a.jpg: cannot decode image"
+    )
+    assert error_line(wrapped) == "a.jpg: cannot decode image"
+    full = OSError(errno.ENOSPC, "No space left on device", "metrics.csv")
+    outer = RuntimeError("logger failed")
+    outer.__cause__ = full
+    assert "writing metrics.csv: the disk is full" in (error_line(outer) or "")
+    assert error_line(KeyError("id")) is None
+    assert error_line(ValueError("a bug")) is None
+
+
+def _can_mount_tmpfs(where: Path) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+@pytest.mark.slow
+def test_a_full_disk_during_a_fit_is_one_line(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real 2 MB tmpfs as the run root (root only: skipped where mount is refused): the
+    checkpoint does not fit. One line, exit 2, no partial file left."""
+    disk = tmp_path / "disk"
+    if not _can_mount_tmpfs(disk):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        root = small_synthetic("detect")
+        code = cli.main(["fit", "--data.root", str(root), *FAST, "--run.root", str(disk)])
+        line = _one_error_line(capsys.readouterr().err, "fit")
+        leftovers: list[Any] = [p for p in disk.rglob("*") if ".tmp" in p.name]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+    assert code == 2 and "the disk is full" in line and "keeps its previous version" in line
+    assert not leftovers

@@ -1,0 +1,133 @@
+"""Inputs that used to change results without a word are now counted or refused in one line:
+duplicate YAML keys, a split without annotations, label files without an image, a polygon
+with an odd count of coordinates, and a training image that turns corrupt mid-epoch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lucid_train.data import DataFormatError, EmptySplitError, LucidDataModule, read_split
+from lucid_train.data.augment.config import AugmentConfig
+from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.transport import collate
+from lucid_train.run.skipped_images import SkippedImages, summary
+
+
+def _yolo(root: Path, yaml: str, label: str, write_image: Callable[..., Path]) -> Path:
+    write_image(root / "images" / "train" / "a.png", 32, 24)
+    (root / "labels" / "train").mkdir(parents=True, exist_ok=True)
+    (root / "labels" / "train" / "a.txt").write_text(label)
+    (root / "data.yaml").write_text(yaml)
+    return root
+
+
+def test_a_duplicate_names_key_is_refused_naming_file_line_and_key(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: the second silently replaced the first, and class 1 was blamed on the label file."""
+    yaml = "path: .\ntrain: images/train\nnames:\n  0: cat\n  0: dog\n"
+    _yolo(tmp_path, yaml, "1 0.5 0.5 0.2 0.2\n", write_image)
+    with pytest.raises(DataFormatError, match=r"data\.yaml:5: key 0 appears twice under 'names' "):
+        read_split(tmp_path, "train", task="detect")
+
+
+def test_a_duplicate_key_inside_an_inline_mapping_is_refused(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    yaml = "path: .\ntrain: images/train\nnames: {0: cat, 0: dog}\n"
+    _yolo(tmp_path, yaml, "", write_image)
+    with pytest.raises(DataFormatError, match=r"data\.yaml:3: key 0 appears twice"):
+        read_split(tmp_path, "train", task="detect")
+
+
+def test_a_label_file_without_an_image_is_counted(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    _yolo(tmp_path, "path: .\ntrain: images/train\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
+    (tmp_path / "labels" / "train" / "orphan.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    index = read_split(tmp_path, "train", task="detect")
+    assert index.report.counts == {"label file without an image (ignored)": 1}
+    assert index.report.examples["label file without an image (ignored)"][0].endswith("orphan.txt")
+
+
+def test_a_yolo_polygon_with_an_odd_count_of_coordinates_says_so(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: seven values (3.5 points) were called 'fewer than 3 points'."""
+    yaml = "path: .\ntrain: images/train\nnames: [cat]\n"
+    _yolo(tmp_path, yaml, "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1\n", write_image)
+    with pytest.raises(DataFormatError, match=r"a\.txt:1: .*odd count of 7 coordinate values"):
+        read_split(tmp_path, "train", task="segment")
+
+
+def _coco(root: Path, anns: list[dict[str, object]], write_image: Callable[..., Path]) -> Path:
+    for split in ("train", "val"):
+        write_image(root / "images" / split / "a.png", 32, 24)
+        doc = {
+            "images": [{"id": 1, "file_name": "a.png", "width": 32, "height": 24}],
+            "annotations": anns,
+            "categories": [{"id": 1, "name": "cat"}],
+        }
+        (root / "annotations").mkdir(parents=True, exist_ok=True)
+        (root / "annotations" / f"{split}.json").write_text(json.dumps(doc))
+    return root
+
+
+def test_a_coco_ring_with_an_odd_count_of_coordinates_is_counted_as_such(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    ring = [1.0, 1.0, 9.0, 1.0, 9.0, 7.0, 1.0]
+    ann = {"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 8, 6], "segmentation": [ring]}
+    _coco(tmp_path, [ann], write_image)
+    index = read_split(tmp_path, "train", task="segment", layout="coco")
+    assert index.report.counts == {"polygon with an odd count of coordinates": 1}
+
+
+def test_a_split_without_any_annotation_is_refused_unless_allowed(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: it trained on backgrounds and scored nothing, silently."""
+    root = _coco(tmp_path, [], write_image)
+    dm = LucidDataModule("detect", root, img_size=64, batch_size=1, num_workers=0)
+    with pytest.raises(EmptySplitError, match=r"split 'train' has 1 image\(s\) and not one "):
+        dm.setup("fit")
+    with pytest.raises(EmptySplitError, match=r"--data.allow_empty true"):
+        LucidDataModule("detect", root, img_size=64, batch_size=1).setup("validate")
+    allowed = LucidDataModule("detect", root, img_size=64, batch_size=1, allow_empty=True)
+    allowed.setup("fit")
+    assert len(allowed.split_index("train").records) == 1
+
+
+def test_an_image_that_turns_corrupt_mid_epoch_is_skipped_and_counted(
+    small_synthetic: Callable[[str], Path],
+) -> None:
+    """Its samples take the next image of the split (targets and all); the batch names it and
+    the epoch's summary counts it. Was: `CorruptImageError` ended the fit."""
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, batch_size=4)
+    index = dm.split_index("train")
+    bad = index.records[0].path
+    data = TrainDataset(index.records, index.schema, 64, AugmentConfig(), pool_size=4)
+    good = bad.read_bytes()
+    try:
+        bad.write_bytes(good[: len(good) // 3])  # truncated after the split was read
+        samples = [data[(0, p)] for p in range(len(data))]
+    finally:
+        bad.write_bytes(good)
+    skipped = [s for s in samples if s.skipped]
+    assert skipped and all(s.skipped == (str(bad),) for s in skipped)
+    assert all(s.image is not None and s.image.shape == (64, 64, 3) for s in samples)
+    batch = collate(samples[:4])
+    assert batch.to("cpu").skipped == tuple(p for s in samples[:4] for p in s.skipped)
+    counter = SkippedImages()
+    for i in range(0, len(samples), 4):
+        counter.on_train_batch_start(None, None, (collate(samples[i : i + 4]), {}), i)  # type: ignore[arg-type]
+    assert counter.samples == {str(bad): len(skipped)}
+    line = summary(3, counter.samples)
+    assert line.startswith("lucid data: epoch 3: 1 training image(s) could not be decoded")
+    assert str(bad) in line and "\n" not in line
+    assert np.isfinite(batch.boxes.numpy()).all()
