@@ -37,7 +37,7 @@ def writable_folder(folder: Path) -> Path:
 
 
 def checked_run_dir(make: Callable[[], Path]) -> Path:
-    """The run folder ``make`` creates (e.g. `lucid_train.run.trainer.new_run_dir`), checked writable.
+    """The run folder ``make`` creates (`lucid_train.run.trainer.new_run_dir`), checked writable.
 
     Raises:
         RunFolderError: it cannot be created or written.
