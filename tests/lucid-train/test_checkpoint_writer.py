@@ -86,7 +86,7 @@ def test_a_failed_background_write_is_raised_naming_the_file_and_keeps_the_previ
 
     monkeypatch.setattr(torch, "save", full)
     io.save_checkpoint({"epoch": 2}, last)  # returns: the error comes at the next wait
-    with pytest.raises(CheckpointWriteError, match=r"last\.ckpt failed: OSError.*No space"):
+    with pytest.raises(CheckpointWriteError, match=r"last\.ckpt: the disk is full \(No space"):
         io.wait()
     monkeypatch.undo()
     assert io.load_checkpoint(last)["epoch"] == 1

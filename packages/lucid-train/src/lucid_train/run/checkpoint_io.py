@@ -45,7 +45,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from lucid_train.atomic_files import atomic_path
-from lucid_train.errors import LucidError
+from lucid_train.errors import DiskFullError, LucidError
 from lucid_train.run.checkpoint_process import (
     Slot,
     WriterProcess,
@@ -348,6 +348,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         future, path, _ = pending
         error = future.exception()
         if error is not None:
+            full = str(error).partition("DiskFullError: ")[2]  # here, or the writer's answer
+            if isinstance(error, DiskFullError) or full:
+                raise CheckpointWriteError(full or str(error)) from error
             raise CheckpointWriteError(
                 f"writing checkpoint {path} failed: {type(error).__name__}: {error}; the file "
                 "keeps its previous version (free disk space or pick another --run.root)"
