@@ -45,8 +45,8 @@ def main() -> int:
         "",
         f"`python benchmarks/fuzz_readers.py --scale {opts.scale}` on "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {TEST} with "
-        f"`LUCID_FUZZ_SCALE={opts.scale}` ({opts.scale}x the cases CI runs), {wall:.0f} s on "
-        f"one core. **{total} generated cases, {len(failed)} failed readers (an uncaught "
+        f"`LUCID_FUZZ_SCALE={opts.scale}` ({opts.scale}x the cases CI runs), {wall:.0f} s "
+        f"wall, one process. **{total} generated cases, {len(failed)} failed readers (an uncaught "
         "exception or a broken contract fails its reader's run).**",
         "",
         "| reader | cases | loaded | refused in one line | skipped and counted | uncaught |",
