@@ -304,6 +304,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=ROOT / "docs/benchmarks/kill-anywhere.md")
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument(
+        "--random-only", action="store_true", help="only the random points after the fixed 15"
+    )
     opts = parser.parse_args()
     from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 
@@ -322,7 +325,8 @@ def main() -> int:
     straight = straight_cwd / "runs" / "detect" / "train"
     print(f"uninterrupted fit: {straight_s:.0f} s", flush=True)
     outcomes = []
-    for point in points(opts.points, opts.seed, straight_s):
+    chosen = points(opts.points, opts.seed, straight_s)
+    for point in chosen[15:] if opts.random_only else chosen:
         outcome = run_point(point, base, data, straight)
         outcomes.append(outcome)
         print(
