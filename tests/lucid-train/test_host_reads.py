@@ -31,7 +31,7 @@ ALLOWED = {
     "torch/optim/": "the optimizer's step counters: host tensors on every device (non-fused)",
     "targets.py:pad_targets": "targets laid out on the host before the copy to the device",
     "nonfinite.py:gate_step": "no GradScaler: one read of the flag per optimizer step",
-    "runs.py:get_metrics": f"the progress bar, every {LOG_INTERVAL} batches and at epoch end",
+    "trainer.py:get_metrics": f"the progress bar, every {LOG_INTERVAL} batches and at epoch end",
 }
 
 
