@@ -19,6 +19,7 @@ SOURCES = ROOT / "packages"
 # lucid_train's units, bottom first: a top-level module or a folder each.
 FLOORS = (
     "errors",  # the user-facing error types (every floor may raise them)
+    "arg_types",  # range-checked argument types (the data and the CLI flags read them)
     "atomic_files",
     "distributed",
     "data",
