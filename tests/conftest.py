@@ -1,5 +1,6 @@
 """Repo-wide test policy: `gpu` tests skip without CUDA, and say so; with CUDA the `heavy` ones
-run first, heaviest first.
+run first, heaviest first. Every test starts with `PIL.Image.open` and `torch.save` as they were
+before any test module was imported.
 
 `LUCID_TEST_TIMES=<file>` appends one line per finished test (outcome, seconds, node id) as it
 finishes, so a session cut short by a time limit still says where its time went.
@@ -11,6 +12,26 @@ import os
 
 import pytest
 import torch
+
+try:
+    from PIL import Image as PilImage
+except ImportError:  # the capture-standalone lane has torch and pytest only
+    PilImage = None
+
+# Importing Ultralytics (the dev-only peer of tests/peer and the facts tests) replaces these for
+# the whole process: its `Image.open` retries through an optional HEIF plugin and raises
+# ModuleNotFoundError without it, its `torch.save` retries. Later tests of our readers and
+# checkpoint writer must see what a user's process sees.
+_ORIGINALS = [(torch, "save", torch.save)]
+if PilImage is not None:
+    _ORIGINALS.append((PilImage, "open", PilImage.open))
+
+
+@pytest.fixture(autouse=True)
+def _unpatched_library_functions() -> None:
+    for owner, name, original in _ORIGINALS:
+        if getattr(owner, name) is not original:
+            setattr(owner, name, original)
 
 
 def _weight(item: pytest.Item) -> float:
