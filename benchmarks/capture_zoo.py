@@ -301,43 +301,39 @@ def write(
 
 
 def parity_in_child(name: str, args: argparse.Namespace, seconds: float) -> list[dict[str, Any]]:
-    """``name``'s parity cases in a child process; cases a crash left undone become rows."""
-    with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, __file__, "--phase", "parity", "--in-process", "--models", name]
-        command += ["--out", out, "--commit", args.commit, "--deadline", str(max(seconds, 0.0))]
-        command += ["--device", args.device]
-        child = subprocess.run(command, stderr=subprocess.PIPE, text=True, check=False)
-        found = Path(out) / "capture-zoo.json"
-        rows: list[dict[str, Any]] = (
-            json.loads(found.read_text())["cases"] if found.exists() else []
-        )
-    if child.returncode == 0:
-        return rows
-    code = child.returncode
-    why = f"crashed ({signal.Signals(-code).name})" if code < 0 else f"exited {code}"
-    done = {(r["precision"], r["accumulate"]) for r in rows}
-    entry = ZOO[name]
-    for precision in PRECISIONS:
-        for accumulate in ACCUMULATIONS:
-            if (precision, accumulate) in done:
-                continue
-            rows.append(
-                {
-                    "model": name,
-                    "library": entry.library,
-                    "precision": precision,
-                    "accumulate": accumulate,
-                    "note": entry.note,
-                    "outcome": why,
-                    "bitwise": False,
-                    "replays": 0,
-                    "eager_calls": {},
-                    "differences": [],
-                    "traceback": child.stderr[child.stderr.find("Fatal Python error") :][:3000],
-                }
-            )
-            print(f"{name} {precision} acc{accumulate}: {why}", flush=True)
-            why = "not run (after the crash)" if code < 0 else why
+    """``name``'s parity cases in a child process. A crash costs only the case it happened in:
+    that case becomes a ``crashed (<signal>)`` row with the child's fatal-error stack, and the
+    cases after it run in a fresh child."""
+    entry, start = ZOO[name], time.perf_counter()
+    todo = [(p, a) for p in PRECISIONS for a in ACCUMULATIONS]
+    rows: list[dict[str, Any]] = []
+    while todo:
+        left = seconds - (time.perf_counter() - start)
+        with tempfile.TemporaryDirectory() as out:
+            command = [sys.executable, __file__, "--phase", "parity", "--in-process"]
+            command += ["--models", name, "--out", out, "--commit", args.commit]
+            command += ["--deadline", str(max(left, 0.0)), "--device", args.device]
+            command += ["--cases", *(f"{p}/{a}" for p, a in todo)]
+            child = subprocess.run(command, stderr=subprocess.PIPE, text=True, check=False)
+            found = Path(out) / "capture-zoo.json"
+            ran = json.loads(found.read_text())["cases"] if found.exists() else []
+        rows += ran
+        done = {(r["precision"], r["accumulate"]) for r in ran}
+        todo = [case for case in todo if case not in done]
+        if child.returncode == 0 or not todo:
+            break
+        code = child.returncode
+        why = f"crashed ({signal.Signals(-code).name})" if code < 0 else f"exited {code}"
+        precision, accumulate = todo.pop(0)  # the case the child was in when it died
+        rows.append(
+            {
+                "model": name, "library": entry.library, "precision": precision,
+                "accumulate": accumulate, "note": entry.note, "outcome": why, "bitwise": False,
+                "replays": 0, "eager_calls": {}, "differences": [],
+                "traceback": child.stderr[child.stderr.find("Fatal Python error") :][:3000],
+            }
+        )  # fmt: skip
+        print(f"{name} {precision} acc{accumulate}: {why}", flush=True)
     return rows
 
 
@@ -365,6 +361,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--device", default="cuda", help="cpu: a dry run of the harness (all eager)"
+    )
+    parser.add_argument(
+        "--cases", nargs="+", help="with --in-process: only these PRECISION/ACCUMULATION cases"
     )
     args = parser.parse_args()
     faulthandler.enable()  # a crash in a kernel prints the Python stack that reached it
@@ -412,6 +411,8 @@ def main() -> None:
             for accumulate in ACCUMULATIONS:
                 if late():
                     break
+                if args.cases and f"{precision}/{accumulate}" not in args.cases:
+                    continue
                 try:
                     row = parity_case(entry, precision, accumulate, args.device)
                 except Exception as error:  # a harness error is a row, not the end of the run
