@@ -5,7 +5,7 @@
 
 yolo26n detect at 640, 16-mixed, batch 64 per GPU (``--data.batch_size`` is global: 64 on one
 GPU, 128 on two; assumptions.md T86), accumulation 1 (the same step on every arm), the hard
-synthetic set as JPEGs (`peer_speed.make_set`), device rendering and decoding, no validation.
+synthetic set as JPEGs (`speed_set.make_set`), device rendering and decoding, no validation.
 Images/s is ``time/train_images_per_s`` of metrics.csv (all ranks' images, first batch to last,
 validation excluded), averaged over the epochs after the first (which records and starts the
 workers). Scaling efficiency = images/s on N GPUs / (N x images/s on one). The bar (issue 17):
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peer_speed  # the sibling script: the JPEG set
+import speed_set  # the sibling module: the JPEG set
 
 PER_GPU_BATCH = 64
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    data = peer_speed.make_set(args.work, "detect", args.images)
+    data = speed_set.make_set(args.work, "detect", args.images)
     results = [
         run_arm(args, data, int(gpus), capture)
         for gpus in args.gpus.split(",")

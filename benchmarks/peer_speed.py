@@ -1,26 +1,30 @@
 """Training speed against the authors' trainer, end to end, with GPU utilisation beside it.
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:):/tmp/site \\
-        python3 benchmarks/peer_speed.py --out OUT --tasks detect,segment --batches 16,64
+        python3 benchmarks/peer_speed.py --out OUT --tasks detect,segment --scales n --batches 16,64
 
 One run on the GPU machine, sides one after another (never side by side: this measures speed):
 
 1. A 640 set of JPEGs (quality 90) of mixed sizes and aspect ratios, 1,024 train / 16 val
-   images by default: the harder scenes (`SyntheticSpec.hard`, sides 480-640 drawn
-   independently), generated in 16 independently seeded shards side by side and re-encoded
-   from PNG, in COCO layout for ours and exported to YOLO txt for the peer.
-2. Per task and batch: Ultralytics 8.4 (``amp=True``, ``deterministic=False``, ``plots=False``,
-   ``val=False``, nominal batch 64), `lucid fit` with capture on and with capture off (16-mixed,
-   accumulation ``auto`` = the same nominal batch, no validation), and the loader alone
-   (`benchmark_loader`). Train-only images/s of the steady epochs (2 to the
-   last, 0-based epoch 0 excluded): ours from ``time/train_images_per_s`` in metrics.csv, the
-   peer's from per-epoch callbacks synchronised with the device.
+   images by default, for each task (detect, segment, pose, obb): the harder scenes
+   (`speed_set.make_set`), in COCO layout for ours and exported to YOLO txt for the peer.
+2. Per task, scale (``yolo26{n,s,m,l,x}`` and the task's suffix on both sides: ours
+   ``lucid fit --model yolo26s-seg``, the peer ``yolo26s-seg.yaml``, whose scale Ultralytics
+   reads from the file name) and batch: Ultralytics 8.4 (``amp=True``,
+   ``deterministic=False``, ``plots=False``, ``val=False``, nominal batch 64), `lucid fit` with
+   capture on and with capture off (16-mixed, accumulation ``auto`` = the same nominal batch,
+   no validation), and the loader alone (`benchmark_loader`). Train-only images/s of the steady
+   epochs (2 to the last, 0-based epoch 0 excluded): ours from ``time/train_images_per_s`` in
+   metrics.csv, the peer's from per-epoch callbacks synchronised with the device. A row whose
+   side runs out of device memory runs again at half the batch (`speed_rows`).
 3. ``nvidia-smi`` samples utilisation every 250 ms during each side; the mean over the side's
    steady epochs is reported.
 
-Writes ``OUT/peer-speed.json`` (``{"date", "runs": [{"task", "batch", "ultralytics_img_s",
-"lucid_img_s", "lucid_eager_img_s", "loader_img_s", "gpu_util", "ratio", ...}]}``) and
-``OUT/peer-speed.md``, after every row (a killed run keeps the rows it finished).
+Writes ``OUT/peer-speed.json`` (``{"date", "runs": [{"task", "scale", "batch", "batch_used",
+"ultralytics_img_s", "lucid_img_s", "lucid_eager_img_s", "loader_img_s", "gpu_util", "ratio",
+...}]}``) and ``OUT/peer-speed.md``, after every row (a killed run keeps the rows it finished).
+Rows merge into an ``OUT/peer-speed.json`` already there, keyed by (task, scale, batch), so
+each row may run in a device call of its own; ``--fresh`` starts a new file.
 """
 
 from __future__ import annotations
@@ -38,68 +42,17 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import peer_detect  # noqa: E402  (the sibling script: environment, logging, the peer's setup)
-
-SHARDS = 16  # the set is generated in this many independently seeded parts, side by side
-
-
-def _make_shard(job: tuple[str, int, int, int, str]) -> tuple[int, dict[str, Any]]:
-    """Shard ``k`` of the set: its scenes (seed ``k``) as JPEGs under ``coco``, and its two
-    COCO documents (image and annotation ids still the shard's own)."""
-    from PIL import Image
-
-    from lucid_train.data import SyntheticSpec, synthetic_dataset
-
-    task, k, train, val, coco = job
-    spec = SyntheticSpec(train, val, min_side=480, max_side=640, difficulty="hard")
-    src = synthetic_dataset(task, cache_dir=Path(coco).parent / "png", spec=spec, seed=k)  # type: ignore[arg-type]
-    docs = {}
-    for split in ("train", "val"):
-        doc = json.loads((src / "annotations" / f"{split}.json").read_text())
-        out = Path(coco) / "images" / split
-        out.mkdir(parents=True, exist_ok=True)
-        for im in doc["images"]:
-            name = f"s{k:02d}-{Path(im['file_name']).with_suffix('.jpg').name}"
-            Image.open(src / "images" / split / im["file_name"]).convert("RGB").save(
-                out / name, quality=90
-            )
-            im["file_name"] = name
-        docs[split] = doc
-    return k, docs
-
-
-def make_set(work: Path, task: str, images: int, seed: int = 0) -> dict[str, Any]:
-    """The JPEG set in COCO layout (``work/coco-TASK``) and its YOLO export (``work/yolo-TASK``):
-    `SHARDS` harder-scene sets generated side by side (seeds ``seed``..), merged with fresh ids."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    coco = work / f"coco-{task}"
-    if not (coco / "annotations" / "val.json").is_file():
-        per = -(-images // SHARDS)
-        jobs = [(task, seed + k, per, 1, str(coco)) for k in range(SHARDS)]
-        with ProcessPoolExecutor(SHARDS) as pool:
-            shards = dict(pool.map(_make_shard, jobs))
-        (coco / "annotations").mkdir(parents=True, exist_ok=True)
-        for split in ("train", "val"):
-            merged: dict[str, Any] = {"images": [], "annotations": []}
-            for k in sorted(shards):
-                doc = shards[k][split]
-                merged.setdefault("categories", doc["categories"])
-                ids = {}
-                for im in doc["images"]:
-                    ids[im["id"]] = im["id"] = len(merged["images"]) + 1
-                    merged["images"].append(im)
-                for ann in doc["annotations"]:
-                    ann["image_id"] = ids[ann["image_id"]]
-                    ann["id"] = len(merged["annotations"]) + 1
-                    merged["annotations"].append(ann)
-            (coco / "annotations" / f"{split}.json").write_text(json.dumps(merged))
-    splits, _, peer_yaml = peer_detect.export_for_peer(coco, task, work / f"yolo-{task}")
-    return {
-        "coco": str(coco),
-        "peer_yaml": str(peer_yaml),
-        "train_images": len(splits["train"].records),
-    }
+from peer_common import MODEL_SUFFIX, _child_env, _run_logged, _versions  # noqa: E402
+from peer_launch import _font_source  # noqa: E402
+from speed_rows import (  # noqa: E402
+    merge_rows,
+    next_batch,
+    peer_reduced_batch,
+    ran_out_of_memory,
+    summarise_row,
+    table,
+)
+from speed_set import make_set  # noqa: E402
 
 
 class Sampler:
@@ -149,9 +102,15 @@ class Sampler:
 
 
 def run_ours(
-    args: argparse.Namespace, task: str, batch: int, data: dict[str, Any], capture: str, out: Path
+    args: argparse.Namespace,
+    task: str,
+    scale: str,
+    batch: int,
+    data: dict[str, Any],
+    capture: str,
+    out: Path,
 ) -> dict[str, Any]:
-    runs = args.work / f"ours-{task}-{batch}-{capture}"
+    runs = args.work / f"ours-{task}-{scale}-{batch}-{capture}"
     if runs.exists():
         shutil.rmtree(runs)
     cmd = [
@@ -160,7 +119,7 @@ def run_ours(
         "lucid_train",
         "fit",
         "--model",
-        f"yolo26n{peer_detect.MODEL_SUFFIX[task]}",
+        f"yolo26{scale}{MODEL_SUFFIX[task]}",
         "--data.root",
         data["coco"],
         "--data.img_size",
@@ -185,13 +144,14 @@ def run_ours(
         "train",
         *args.lucid_flags.split(),
     ]
-    tag = f"ours-{task}-b{batch}-{capture}"
+    tag = f"ours-{task}-{scale}-b{batch}-{capture}"
     marks_file = out / f"{tag}-epochs.jsonl"
     marks_file.unlink(missing_ok=True)
-    env = peer_detect._child_env(args.device, {"LUCID_EPOCH_MARKS": str(marks_file)})
+    env = _child_env(args.device, {"LUCID_EPOCH_MARKS": str(marks_file)})
     with Sampler(out / f"{tag}-gpu.csv") as gpu:
-        rc, wall = peer_detect._run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
+        rc, wall = _run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
     result: dict[str, Any] = {"command": " ".join(cmd), "exit": rc, "wall_s": round(wall, 1)}
+    result["out_of_memory"] = ran_out_of_memory(out / f"{tag}.log")
     metrics = runs / task / "train" / "metrics.csv"
     if metrics.is_file():
         rows = [r for r in csv.DictReader(metrics.open()) if r.get("time/train_images_per_s")]
@@ -245,18 +205,18 @@ def peer_half(spec_path: Path) -> None:
 
 
 def run_peer(
-    args: argparse.Namespace, task: str, batch: int, data: dict[str, Any], out: Path
+    args: argparse.Namespace, task: str, scale: str, batch: int, data: dict[str, Any], out: Path
 ) -> dict[str, Any]:
     cfg = args.work / "ultralytics-config"
     (cfg / "Ultralytics").mkdir(parents=True, exist_ok=True)
-    font = peer_detect._font_source(args.font)
+    font = _font_source(args.font)
     if font is None:
         raise FileNotFoundError("no TTF for Ultralytics' font check: pass --font FILE.ttf")
     for name in ("Arial.ttf", "Arial.Unicode.ttf"):
         shutil.copyfile(font, cfg / "Ultralytics" / name)
-    tag = f"peer-{task}-b{batch}"
+    tag = f"peer-{task}-{scale}-b{batch}"
     spec = {
-        "model": f"yolo26n{peer_detect.MODEL_SUFFIX[task]}.yaml",
+        "model": f"yolo26{scale}{MODEL_SUFFIX[task]}.yaml",
         "data": data["peer_yaml"],
         "epochs": args.epochs,
         "batch": batch,
@@ -266,7 +226,7 @@ def run_peer(
         "result": str(out / f"{tag}.json"),
     }
     (args.work / f"{tag}-spec.json").write_text(json.dumps(spec))
-    env = peer_detect._child_env(
+    env = _child_env(
         args.device,
         {
             "YOLO_OFFLINE": "1",
@@ -282,8 +242,11 @@ def run_peer(
         str(args.work / f"{tag}-spec.json"),
     ]
     with Sampler(out / f"{tag}-gpu.csv") as gpu:
-        rc, wall = peer_detect._run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
+        rc, wall = _run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
     result: dict[str, Any] = {"exit": rc, "wall_s": round(wall, 1)}
+    result["batch_reduced_to"] = peer_reduced_batch(out / f"{tag}.log")
+    # the peer halves its own batch on a first-epoch OOM; a later one (or a third) ends it
+    result["out_of_memory"] = rc != 0 and ran_out_of_memory(out / f"{tag}.log")
     raw = out / f"{tag}.json"
     if raw.is_file():
         doc = json.loads(raw.read_text())
@@ -300,8 +263,11 @@ def run_peer(
 def loader_alone(
     args: argparse.Namespace, task: str, batch: int, data: dict[str, Any], out: Path
 ) -> float | None:
-    """`benchmark_loader` on the same set, the default augmentation."""
+    """`benchmark_loader` on the same set, the default augmentation (no model: one per task
+    and batch, shared by the scales)."""
     path = out / f"loader-{task}-b{batch}.json"
+    if path.is_file():
+        return float(json.loads(path.read_text())["loader_img_s"])
     per_epoch = max(data["train_images"] // batch, 1)  # the loader runs one epoch
     warmup = 2 if per_epoch > 4 else 0
     cmd = [
@@ -327,16 +293,44 @@ def loader_alone(
         str(per_epoch - warmup),
     ]
     log = out / f"loader-{task}-b{batch}.log"
-    peer_detect._run_logged(cmd, peer_detect._child_env(args.device), log, args.side_timeout)
+    _run_logged(cmd, _child_env(args.device), log, args.side_timeout)
     if not path.is_file():
         return None
     return float(json.loads(path.read_text())["loader_img_s"])
 
 
-def main(argv: list[str] | None = None) -> None:
+def run_row(
+    args: argparse.Namespace, task: str, scale: str, batch: int, data: dict[str, Any]
+) -> dict[str, Any]:
+    """One row: every side asked for at ``batch``; a side out of device memory makes the whole
+    row run again at the next smaller batch (`speed_rows.next_batch`)."""
+    sides = set(args.sides.split(","))
+    used: int | None = batch
+    tried = []
+    while used is not None:
+        row: dict[str, Any] = {"task": task, "scale": scale, "batch": batch, "batch_used": used}
+        row["images"] = data["train_images"]
+        if "peer" in sides:
+            row["peer"] = run_peer(args, task, scale, used, data, args.out)
+        if "capture" in sides:
+            row["lucid"] = run_ours(args, task, scale, used, data, "on", args.out)
+        if "eager" in sides:
+            row["lucid_eager"] = run_ours(args, task, scale, used, data, "off", args.out)
+        tried.append(used)
+        if not any(row.get(k, {}).get("out_of_memory") for k in ("peer", "lucid", "lucid_eager")):
+            break
+        used = next_batch(used)
+    row["batches_tried"] = tried
+    if "loader" in sides:
+        row["loader_img_s"] = loader_alone(args, task, row["batch_used"], data, args.out)
+    return summarise_row(row)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="results folder (required)")
-    parser.add_argument("--tasks", default="detect,segment")
+    parser.add_argument("--tasks", default="detect,segment", help="of detect,segment,pose,obb")
+    parser.add_argument("--scales", default="n", help="of n,s,m,l,x")
     parser.add_argument("--batches", default="16,64")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--images", type=int, default=1024)
@@ -348,81 +342,71 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--side-timeout", type=float, default=300.0)
     parser.add_argument("--sides", default="peer,capture,eager,loader", help="which sides to run")
     parser.add_argument("--lucid-flags", default="", help="more `lucid fit` flags, one string")
+    parser.add_argument("--fresh", action="store_true", help="replace OUT/peer-speed.json")
     parser.add_argument("--peer-half", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.peer_half is None and args.out is None:
+        parser.error("--out is required")
+    args.tasks = args.tasks.split(",")
+    args.scales = args.scales.split(",")
+    args.batches = [int(b) for b in args.batches.split(",")]
+    for task in args.tasks:
+        if task not in MODEL_SUFFIX:
+            parser.error(f"--tasks: {task!r} is not one of {', '.join(MODEL_SUFFIX)}")
+    for scale in args.scales:
+        if scale not in ("n", "s", "m", "l", "x"):
+            parser.error(f"--scales: {scale!r} is not one of n,s,m,l,x")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.peer_half is not None:
         peer_half(args.peer_half)
         return
-    if args.out is None:
-        parser.error("--out is required")
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
-    sides = set(args.sides.split(","))
-    runs = []
-    for task in args.tasks.split(","):
+    old = [] if args.fresh else read_rows(args.out / "peer-speed.json")
+    runs: list[dict[str, Any]] = []
+    stamp = _stamp()
+    for task in args.tasks:
         data = make_set(args.work, task, args.images)
-        for batch in (int(b) for b in args.batches.split(",")):
-            row: dict[str, Any] = {"task": task, "batch": batch, "images": data["train_images"]}
-            if "peer" in sides:
-                row["peer"] = run_peer(args, task, batch, data, args.out)
-            if "capture" in sides:
-                row["lucid"] = run_ours(args, task, batch, data, "on", args.out)
-            if "eager" in sides:
-                row["lucid_eager"] = run_ours(args, task, batch, data, "off", args.out)
-            row["loader_img_s"] = None
-            if "loader" in sides:
-                row["loader_img_s"] = loader_alone(args, task, batch, data, args.out)
-            row["ultralytics_img_s"] = row.get("peer", {}).get("img_s")
-            row["lucid_img_s"] = row.get("lucid", {}).get("img_s")
-            row["lucid_eager_img_s"] = row.get("lucid_eager", {}).get("img_s")
-            row["gpu_util"] = {
-                k: row.get(k, {}).get("gpu_util") for k in ("peer", "lucid", "lucid_eager")
-            }
-            a, b = row["lucid_img_s"], row["ultralytics_img_s"]
-            row["ratio"] = round(a / b, 2) if a and b else None
-            runs.append(row)
-            write_results(args, runs, partial=True)  # a killed run keeps the rows it finished
-            print(
-                json.dumps(
-                    {
-                        k: row[k]
-                        for k in (
-                            "task",
-                            "batch",
-                            "ultralytics_img_s",
-                            "lucid_img_s",
-                            "lucid_eager_img_s",
-                            "loader_img_s",
-                            "ratio",
-                        )
-                    }
-                ),
-                flush=True,
-            )
-    write_results(args, runs, partial=False)
+        for scale in args.scales:
+            for batch in args.batches:
+                row = {**run_row(args, task, scale, batch, data), "measured": stamp}
+                runs.append(row)
+                write_results(args.out, merge_rows(old, runs), partial=True)
+                keys = ("task", "scale", "batch", "batch_used", "ultralytics_img_s",
+                        "lucid_img_s", "lucid_eager_img_s", "loader_img_s", "ratio")  # fmt: skip
+                print(json.dumps({k: row.get(k) for k in keys}), flush=True)
+    write_results(args.out, merge_rows(old, runs), partial=False)
     print((args.out / "peer-speed.md").read_text())
 
 
-def write_results(args: argparse.Namespace, runs: list[dict[str, Any]], *, partial: bool) -> None:
-    """``peer-speed.json`` and ``peer-speed.md`` under ``args.out`` for the rows so far."""
-    doc = {
+def _stamp() -> dict[str, Any]:
+    return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join([sys.executable, *sys.argv]),
-        "versions": peer_detect._versions(),
-        "partial": partial,
-        "runs": runs,
+        "versions": _versions(),
     }
-    (args.out / "peer-speed.json").write_text(json.dumps(doc, indent=1) + "\n")
-    head = ["task", "batch", "Ultralytics img/s", "lucid img/s (capture)", "lucid eager",
-            "loader alone", "ratio", "GPU util % (peer / lucid / eager)"]  # fmt: skip
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
-    for r in runs:
-        u = r["gpu_util"]
-        cells = [r["task"], r["batch"], r["ultralytics_img_s"], r["lucid_img_s"],
-                 r["lucid_eager_img_s"], r.get("loader_img_s"), r["ratio"],
-                 f"{u['peer']} / {u['lucid']} / {u['lucid_eager']}"]  # fmt: skip
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    (args.out / "peer-speed.md").write_text("\n".join(lines) + "\n")
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an existing ``peer-speed.json`` (none if there is no file), each with the
+    ``measured`` stamp (date, command, versions) of the call that measured it."""
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    stamp = {k: doc.get(k) for k in ("date", "command", "versions")}
+    return [{**row, "measured": row.get("measured", stamp)} for row in doc["runs"]]
+
+
+def write_results(out: Path, runs: list[dict[str, Any]], *, partial: bool) -> None:
+    """``peer-speed.json`` and ``peer-speed.md`` under ``out`` for every row so far (the merged
+    ones included); each row's ``measured`` says which call measured it."""
+    doc = {**_stamp(), "partial": partial, "runs": runs}
+    (out / "peer-speed.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "peer-speed.md").write_text(table(runs))
 
 
 if __name__ == "__main__":

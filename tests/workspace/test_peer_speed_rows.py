@@ -1,0 +1,119 @@
+"""The peer-speed benchmark's bookkeeping on the CPU (`benchmarks/speed_rows.py`,
+`peer_speed.parse_args` / `write_results`, `step_trace.account`): rows merged by (task, scale,
+batch) into an existing file, the batch fallback's rule and its log readings, and a profiled
+step's kernels put in the innermost part range open when their launch ran."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(name: str) -> ModuleType:
+    if str(BENCH) not in sys.path:
+        sys.path.insert(0, str(BENCH))  # the scripts import their siblings by name
+    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(task: str, batch: int, lucid: float, peer: float, scale: str | None = None) -> dict:
+    row: dict[str, Any] = {"task": task, "batch": batch, "lucid": {"img_s": lucid, "gpu_util": 90},
+                           "peer": {"img_s": peer, "gpu_util": 40}}  # fmt: skip
+    if scale is not None:
+        row["scale"] = scale
+    return row
+
+
+def test_rows_merge_by_task_scale_and_batch_and_old_rows_read_as_scale_n() -> None:
+    rows = _load("speed_rows")
+    old = [rows.summarise_row(_row("detect", 64, 1200, 600)),
+           rows.summarise_row(_row("detect", 16, 680, 170))]  # fmt: skip
+    new = [rows.summarise_row(_row("detect", 64, 900, 700, "m")),
+           rows.summarise_row(_row("detect", 16, 700, 175, "n"))]  # fmt: skip
+    merged = rows.merge_rows(old, new)
+    keys = [rows.row_key(r) for r in merged]
+    assert keys == [("detect", "n", 64), ("detect", "n", 16), ("detect", "m", 64)]
+    assert merged[1]["lucid_img_s"] == 700  # replaced, in its old place
+    assert merged[0]["scale"] == "n" and merged[0]["ratio"] == 2.0
+    assert merged[2]["ratio"] == round(900 / 700, 2)
+    table = rows.table(merged).splitlines()
+    assert table[2].startswith("| detect | n | 16 |") and table[4].startswith("| detect | m | 64 |")
+
+
+def test_a_row_without_a_side_has_no_ratio() -> None:
+    rows = _load("speed_rows")
+    row = rows.summarise_row({"task": "obb", "scale": "s", "batch": 16, "lucid": {"img_s": 5.0}})
+    assert row["ratio"] is None and row["ultralytics_img_s"] is None
+    assert row["gpu_util"] == {"peer": None, "lucid": None, "lucid_eager": None}
+
+
+def test_the_fallback_halves_the_batch_after_an_out_of_memory_log(tmp_path: Path) -> None:
+    rows = _load("speed_rows")
+    log = tmp_path / "side.log"
+    assert not rows.ran_out_of_memory(log)
+    log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert rows.ran_out_of_memory(log)
+    assert [rows.next_batch(b) for b in (64, 32, 16, 8)] == [32, 16, 8, None]
+    log.write_text("WARNING CUDA out of memory with batch=64. Reducing to batch=32 and retrying\n")
+    assert rows.peer_reduced_batch(log) == 32
+    assert rows.peer_reduced_batch(tmp_path / "none.log") is None
+
+
+def test_write_results_merges_into_the_file_already_there(tmp_path: Path) -> None:
+    speed = _load("peer_speed")
+    rows = _load("speed_rows")
+    old = {"date": "then", "command": "old", "versions": {}, "runs": [_row("detect", 64, 1, 1)]}
+    (tmp_path / "peer-speed.json").write_text(json.dumps(old))
+    args = speed.parse_args(["--out", str(tmp_path), "--tasks", "detect,pose", "--scales", "s,m"])
+    assert args.tasks == ["detect", "pose"] and args.scales == ["s", "m"]
+    assert args.batches == [16, 64] and not args.fresh
+    previous = speed.read_rows(tmp_path / "peer-speed.json")
+    assert previous[0]["measured"]["date"] == "then"
+    fake = rows.summarise_row(_row("pose", 64, 300, 150, "s"))
+    speed.write_results(tmp_path, rows.merge_rows(previous, [fake]), partial=True)
+    doc = json.loads((tmp_path / "peer-speed.json").read_text())
+    assert [rows.row_key(r) for r in doc["runs"]] == [("detect", "n", 64), ("pose", "s", 64)]
+    assert "| pose | s | 64 | 150 | 300 |" in (tmp_path / "peer-speed.md").read_text()
+    with pytest.raises(SystemExit):
+        speed.parse_args(["--out", str(tmp_path), "--scales", "q"])
+
+
+def _ev(cat: str, name: str, ts: float, dur: float, corr: int | None = None) -> dict:
+    event = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": {}}
+    if corr is not None:
+        event["args"]["correlation"] = corr
+    return event
+
+
+def test_kernels_go_to_the_innermost_part_open_at_their_launch() -> None:
+    trace = {"traceEvents": [
+        _ev("user_annotation", "part:loss", 0, 100),
+        _ev("user_annotation", "part:assigner", 10, 20),
+        _ev("user_annotation", "part:backward", 200, 100),
+        _ev("cuda_runtime", "cudaLaunchKernel", 5, 1, 1),
+        _ev("cuda_runtime", "cudaLaunchKernel", 15, 1, 2),
+        _ev("cuda_runtime", "cudaGraphLaunch", 250, 1, 3),
+        _ev("cuda_runtime", "cudaLaunchKernel", 400, 1, 4),
+        _ev("kernel", "elementwise_add", 500, 30, 1),
+        _ev("kernel", "topk_kernel", 530, 10, 2),
+        _ev("kernel", "conv_dgrad", 600, 50, 3),  # a graph's kernels share its launch's id
+        _ev("kernel", "nchwToNhwcKernel", 650, 10, 3),
+        _ev("gpu_memcpy", "Memcpy HtoD", 700, 10, 4),
+    ]}  # fmt: skip
+    tally = _load("step_trace").account(trace, steps=2)
+    assert tally["parts_ms"] == {"backward": 0.03, "loss": 0.015, "other": 0.005, "assigner": 0.005}
+    assert tally["device_ms"] == 0.055 and tally["graph_kernels_per_step"] == 1.0
+    assert tally["moves"] == {"per_step": 1.0, "ms": 0.01}
+    assert tally["top_kernels"][0] == {"name": "conv_dgrad", "ms": 0.025, "calls": 0.5}
+    assert tally["ranges_per_step"]["assigner"] == 0.5
