@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_report import render
 from step_sides import STEP_TASKS, ours_step, peer_step, synthetic_batch
+from step_timing import median_step_ms
 from step_trace import Parts, account
 
 SIDES = ("ours_eager", "ours_capture", "peer")
@@ -41,19 +42,13 @@ SIDES = ("ours_eager", "ours_capture", "peer")
 
 def wall_ms(step: Callable[[], None], steps: int, device: torch.device) -> float:
     """Median milliseconds of ``steps`` steps (CUDA events on a GPU, the host clock elsewhere)."""
+    if device.type == "cuda":
+        return median_step_ms(step, steps)
     times = []
     for _ in range(steps):
-        if device.type == "cuda":
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(begin.elapsed_time(end))
-        else:
-            t = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - t) * 1e3)
+        t = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t) * 1e3)
     return statistics.median(times)
 
 
