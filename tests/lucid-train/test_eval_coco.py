@@ -1,5 +1,6 @@
-"""COCO evaluation equals pycocotools called by hand, gives known AP on hand-made cases, maps
-labels back to category ids, and scores masks and keypoints with the stated sigmas."""
+"""COCO evaluation (the pycocotools scorer) equals pycocotools called by hand, gives known AP
+on hand-made cases, maps labels back to category ids, and scores masks and keypoints with the
+stated sigmas."""
 
 from __future__ import annotations
 
@@ -85,10 +86,12 @@ def test_wrong_class_scores_zero_and_no_detections_score_zero() -> None:
 
 
 def test_results_equal_pycocotools_called_directly_on_the_same_json() -> None:
-    """Random detections: every summary statistic equals a hand-driven COCOeval run."""
+    """Random detections: every summary statistic of the pycocotools scorer equals a
+    hand-driven COCOeval run, exactly (the default scorer is held to it in
+    test_eval_compiled_scorer.py)."""
     rng = np.random.default_rng(0)
     gt = _gt()
-    ev = CocoEvaluator(gt, category_ids=(5, 9), iou_types=("bbox", "segm"))
+    ev = CocoEvaluator(gt, category_ids=(5, 9), iou_types=("bbox", "segm"), scorer="pycocotools")
     dets: list[dict[str, Any]] = []
     from pycocotools import mask as mask_utils
 
@@ -248,7 +251,7 @@ def test_a_category_without_annotations_is_left_out_of_the_mean_even_when_predic
     hits = [
         {"image_id": 1, "category_id": 5, "bbox": [12, 10, 100, 100], "score": 0.9},
         {"image_id": 2, "category_id": 9, "bbox": [50, 62, 40, 80], "score": 0.8},
-        {"image_id": 2, "category_id": 5, "bbox": [0, 0, 30, 30], "score": 0.7},
+        {"image_id": 2, "category_id": 5, "bbox": [0, 0, 30, 30], "score": 0.95},  # a miss first
     ]
     ghost = {"image_id": 1, "category_id": 12, "bbox": [10, 10, 100, 100], "score": 0.99}
     base = run_cocoeval(coco_from_dict(doc), hits, "bbox")

@@ -22,7 +22,7 @@ from lucid_models.postprocessing import masks_on_source
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
 from lucid_train.evaluation import MultiDecodeEvaluator, RotatedEvaluator
-from lucid_train.evaluation.coco_eval import IouType
+from lucid_train.evaluation.coco_eval import DEFAULT_SCORER, IouType, Scorer
 
 __all__ = [
     "DECODE_PATHS",
@@ -87,6 +87,8 @@ class ValidationScorer:
         schema: the dataset's labels (category ids for COCO).
         ground_truth: the split's COCO document (unused for obb).
         settings: decode settings.
+        scorer: the COCO scorer (`lucid_train.evaluation.coco_eval`: ``"faster"``, the default,
+            gives pycocotools' numbers; ``"pycocotools"`` is the reference itself).
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class ValidationScorer:
         schema: DatasetSchema,
         ground_truth: dict[str, Any] | None,
         settings: DecodeSettings | None = None,
+        scorer: Scorer = DEFAULT_SCORER,
     ) -> None:
         self.task = task
         self.schema = schema
@@ -107,7 +110,7 @@ class ValidationScorer:
             if ground_truth is None:
                 raise ValueError(f"{task} validation needs the split's COCO ground truth")
             self.coco = MultiDecodeEvaluator(
-                DECODE_PATHS, ground_truth, schema.category_ids, IOU_TYPES[task]
+                DECODE_PATHS, ground_truth, schema.category_ids, IOU_TYPES[task], scorer=scorer
             )
         self.images = 0
         self.instances = 0
