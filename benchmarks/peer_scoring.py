@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 SIZES = ("small", "medium", "large")
+# The keys say pycocotools: these once-a-run scores use it itself, not the in-fit default (the
+# compiled scorer, equal to it within 2.2e-16; lucid_train.evaluation.coco_eval).
+SCORER = "pycocotools"
 
 
 def size_keys(stats: dict[str, float], prefix: str) -> dict[str, float]:
@@ -25,13 +28,13 @@ def score_results(pred_json: Path, gt: dict[str, Any], task: str) -> dict[str, A
     from lucid_train.evaluation import coco_from_dict, run_cocoeval
 
     dets = json.loads(pred_json.read_text())
-    coco = coco_from_dict(gt)
+    coco = coco_from_dict(gt, SCORER)
     boxes = [{k: v for k, v in d.items() if k != "segmentation"} for d in dets]
-    stats = run_cocoeval(coco, boxes, "bbox")
+    stats = run_cocoeval(coco, boxes, "bbox", scorer=SCORER)
     out = {"pycocotools_mAP50-95": stats["mAP"], "pycocotools_mAP50": stats["mAP50"]}
     out.update(size_keys(stats, ""))
     if task == "segment":
-        segm = run_cocoeval(coco, [d for d in dets if "segmentation" in d], "segm")
+        segm = run_cocoeval(coco, [d for d in dets if "segmentation" in d], "segm", scorer=SCORER)
         out.update(
             {"mask_pycocotools_mAP50-95": segm["mAP"], "mask_pycocotools_mAP50": segm["mAP50"]}
         )
@@ -63,8 +66,8 @@ def rescore(
             masks.append({**det, "segmentation": d["segmentation"]})
         if task == "pose" and "keypoints" in d:
             kpts.append({**det, "keypoints": [float(v) for v in d["keypoints"]]})
-    coco = coco_from_dict(gt)
-    stats = run_cocoeval(coco, dets, "bbox")
+    coco = coco_from_dict(gt, SCORER)
+    stats = run_cocoeval(coco, dets, "bbox", scorer=SCORER)
     images = {d["image_id"] for d in dets}
     result = {
         "pycocotools_mAP50-95": stats["mAP"],
@@ -74,13 +77,13 @@ def rescore(
         "images_with_detections": len(images),
     }
     if task == "segment":
-        segm = run_cocoeval(coco, masks, "segm")
+        segm = run_cocoeval(coco, masks, "segm", scorer=SCORER)
         result["mask_pycocotools_mAP50-95"] = segm["mAP"]
         result["mask_pycocotools_mAP50"] = segm["mAP50"]
         result.update(size_keys(segm, "mask_"))
     if task == "pose":
         sigmas = keypoint_sigmas(int(data["num_keypoints"]))
-        oks = run_cocoeval(coco, kpts, "keypoints", sigmas)
+        oks = run_cocoeval(coco, kpts, "keypoints", sigmas, scorer=SCORER)
         result["pose_pycocotools_mAP50-95"] = oks["mAP"]
         result["pose_pycocotools_mAP50"] = oks["mAP50"]
     return result

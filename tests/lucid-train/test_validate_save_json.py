@@ -1,6 +1,6 @@
 """``lucid validate --save_json``: each decode path's detections as a COCO results file that
-pycocotools reads back to the very numbers validation printed (boxes, masks, keypoints), DOTA
-task-1 text for obb, and a per-class AP table printed and written."""
+pycocotools reads back to the numbers validation printed (within 1e-12; boxes, masks,
+keypoints), DOTA task-1 text for obb, and a per-class AP table printed and written."""
 
 from __future__ import annotations
 
@@ -73,8 +73,8 @@ def test_results_json_reads_back_to_the_same_numbers(
     task: str, small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:
     """pycocotools' loadRes + COCOeval on the written file give every summary statistic the
-    scorer computed, exactly, for each path and metric; a class's row of the table equals
-    COCOeval on that class alone."""
+    scorer computed (within 1e-12: the compiled scorer's rounding) for each path and metric;
+    a class's row of the table equals COCOeval on that class alone."""
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -101,7 +101,11 @@ def test_results_json_reads_back_to_the_same_numbers(
             ev.accumulate()
             ev.summarize()
             names = KPT_STAT_NAMES if iou_type == "keypoints" else BOX_STAT_NAMES
-            assert dict(zip(names, map(float, ev.stats), strict=True)) == expected[iou_type]
+            # the compiled scorer's numbers are pycocotools' to 2.2e-16 (coco_eval's docstring)
+            assert list(expected[iou_type]) == list(names)
+            np.testing.assert_allclose(
+                list(expected[iou_type].values()), ev.stats, rtol=0, atol=1e-12
+            )
     rows = list(csv.DictReader((tmp_path / "per_class_ap.csv").open()))
     assert [r["class"] for r in rows] == list(dm.schema.class_names)
     cat = dm.schema.category_ids[0]

@@ -7,7 +7,8 @@ For every decode path (``e2e``, ``nms``):
   ``category_id`` as the dataset's ids, ``bbox`` as ``x, y, w, h`` in source pixels, ``score``,
   and ``segmentation`` as compressed RLE or ``keypoints`` as ``x, y, score`` triples). These are
   exactly the lists the validation scored: pycocotools' ``COCO.loadRes`` on the file and
-  ``COCOeval`` give the printed numbers back.
+  ``COCOeval`` give the printed numbers back (within 1e-12: validation's compiled scorer
+  rounds one precision differently, `lucid_train.evaluation.coco_eval`).
 * obb: ``dota_<path>/Task1_<class>.txt``, the DOTA devkit's task-1 results, one line per
   detection ``<image> <score> x1 y1 x2 y2 x3 y3 x4 y4`` (the image's file stem, corners in source
   pixels).
