@@ -16,7 +16,13 @@ import torch
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from lucid_train.evaluation import DEFAULT_SCORER, CocoEvaluator, coco_from_dict, run_cocoeval
+from lucid_train.evaluation import (
+    DEFAULT_SCORER,
+    CocoEvaluator,
+    MultiDecodeEvaluator,
+    coco_from_dict,
+    run_cocoeval,
+)
 from lucid_train.evaluation.coco_eval import IouType
 
 # pycocotools divides by tp + fp + spacing(1): a category whose first detection is a hit has
@@ -200,3 +206,22 @@ def test_both_scorers_agree_on_no_detections_and_reject_an_unknown_one() -> None
     assert isinstance(CocoEvaluator(doc, CATEGORY_IDS, scorer="pycocotools").gt, COCO)
     with pytest.raises(ValueError, match="scorer"):
         CocoEvaluator(doc, CATEGORY_IDS, scorer="fast")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("iou_types", [("bbox", "segm"), ("keypoints", "bbox")])
+def test_decode_paths_sharing_one_ground_truth_score_as_each_alone(
+    iou_types: tuple[IouType, IouType],
+) -> None:
+    """`MultiDecodeEvaluator`'s paths share one ground truth index, which scoring annotates
+    (ignore flags, RLEs): each path and type still scores as pycocotools does on its own."""
+    rng = np.random.default_rng(11)
+    kind: IouType = "segm" if "segm" in iou_types else "keypoints"
+    doc = _ground_truth(rng, 5, kind)
+    sigmas = SIGMAS if kind == "keypoints" else None
+    paths = MultiDecodeEvaluator(("a", "b"), doc, CATEGORY_IDS, iou_types, sigmas)
+    for path in ("a", "b"):
+        _add_detections(rng, paths[path], doc, kind)
+    for path, per_type in paths.compute().items():
+        for iou_type, ours in per_type.items():
+            stats, _ = _pycocotools(doc, paths[path].results(iou_type), iou_type)
+            np.testing.assert_allclose(list(ours.values()), stats, rtol=0, atol=TOLERANCE)

@@ -1,6 +1,7 @@
 """The run report: PR/F1 curves and the confusion matrix hold hand-computed numbers, obb matches
 by polygon IoU, label statistics are relative to each image, and one tiny fit writes every
-figure at its size beside TensorBoard events of the CSV's metrics."""
+figure at its size beside TensorBoard events of the CSV's metrics; validation figures are
+drawn at most every DRAW_INTERVAL_S and a fit's last validation's always."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from lucid_train.data.targets import Targets
 from lucid_train.evaluation.detection_curves import DetectionDiagnostics, box_iou_matrix
 from lucid_train.report.label_stats import LABEL_PANEL, label_statistics
 from lucid_train.report.metrics_log import read_rows
-from lucid_train.report.run_report import REPORT_FILES
+from lucid_train.report.run_report import DRAW_INTERVAL_S, REPORT_FILES, RunReport
 from lucid_train.report.summary_page import SUMMARY_SIZE, summary_facts
 from lucid_train.report.val_mosaic import mosaic_size, truth_records
 from lucid_train.report.validation_curves import (
@@ -259,3 +260,33 @@ def test_without_a_tensorboard_writer_the_run_keeps_its_csv_and_says_so(
     loggers = build_loggers(tmp_path)
     assert [type(lg) for lg in loggers] == [RunCSVLogger]
     assert "no TensorBoard events" in capsys.readouterr().err
+
+
+def test_validation_figures_are_drawn_at_most_every_interval_and_the_last_at_fit_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validations at 0, 10, 20, 31 and 40 s: the first and the one 31 s after it are drawn
+    when they end, the one at 40 s at fit end (the run's final figures are its last
+    validation's); a second fit end draws nothing again."""
+    import types
+
+    import lucid_train.report.run_report as run_report
+    import lucid_train.report.validation_curves as validation_curves
+
+    clock = [0.0]
+    monkeypatch.setattr(run_report.time, "monotonic", lambda: clock[0])
+    drawn: list[Any] = []
+    monkeypatch.setattr(validation_curves, "write_curve_plots", lambda c, n, d: drawn.append(c))
+    monkeypatch.setattr(validation_curves, "write_confusion_matrices", lambda *a: None)
+    monkeypatch.setattr(RunReport, "_summary", lambda *a: None)
+    trainer = types.SimpleNamespace(is_global_zero=True, sanity_checking=False, loggers=[])
+    module = types.SimpleNamespace(hparams={"class_names": ["a"]}, overlay_samples=[])
+    report = RunReport(tmp_path)
+    for t in (0.0, 10.0, 20.0, DRAW_INTERVAL_S + 1, 40.0):
+        clock[0] = t
+        report.diagnostics = types.SimpleNamespace(curves=lambda t=t: f"curves at {t:g}")
+        report.on_validation_epoch_end(trainer, module)  # type: ignore[arg-type]
+    assert drawn == ["curves at 0", "curves at 31"]
+    report.on_fit_end(trainer, module)  # type: ignore[arg-type]
+    report.on_fit_end(trainer, module)  # type: ignore[arg-type]
+    assert drawn == ["curves at 0", "curves at 31", "curves at 40"]

@@ -232,6 +232,8 @@ class CocoEvaluator:
         iou_types: which metrics to compute.
         kpt_sigmas: OKS sigmas ``(K,)``; default `keypoint_sigmas` of the ground truth's K.
         scorer: ``"faster"`` (default) or ``"pycocotools"``.
+        index: ``coco_from_dict(ground_truth, scorer)`` built already (evaluators of the same
+            ground truth share one: scoring adds only what it derives from each annotation).
     """
 
     def __init__(
@@ -241,9 +243,11 @@ class CocoEvaluator:
         iou_types: Iterable[IouType] = ("bbox",),
         kpt_sigmas: npt.ArrayLike | None = None,
         scorer: Scorer = DEFAULT_SCORER,
+        *,
+        index: Any = None,
     ) -> None:
         self.scorer: Scorer = scorer
-        self.gt = coco_from_dict(ground_truth, scorer)
+        self.gt = coco_from_dict(ground_truth, scorer) if index is None else index
         self.category_ids = np.asarray(category_ids, np.int64)
         self.iou_types = tuple(iou_types)
         known = {int(c["id"]) for c in ground_truth.get("categories", [])}
@@ -355,8 +359,10 @@ class MultiDecodeEvaluator:
         scorer: Scorer = DEFAULT_SCORER,
     ) -> None:
         types = tuple(iou_types)
+        index = coco_from_dict(ground_truth, scorer)  # one copy and index for every path
         self.evaluators = {
-            p: CocoEvaluator(ground_truth, category_ids, types, kpt_sigmas, scorer) for p in paths
+            p: CocoEvaluator(ground_truth, category_ids, types, kpt_sigmas, scorer, index=index)
+            for p in paths
         }
 
     def __getitem__(self, path: str) -> CocoEvaluator:
