@@ -24,9 +24,9 @@ ALLOWED = {
 }
 # Third-party imports a package may make at module level.
 THIRD_PARTY_FORBIDDEN = {
-    "lucid_kernels": {"lightning", "numpy", "pycocotools"},
-    "lucid_capture": {"numpy", "pycocotools"},
-    "lucid_models": {"lightning", "pycocotools"},
+    "lucid_kernels": {"lightning", "numpy", "pycocotools", "faster_coco_eval"},
+    "lucid_capture": {"numpy", "pycocotools", "faster_coco_eval"},
+    "lucid_models": {"lightning", "pycocotools", "faster_coco_eval"},
 }
 
 
