@@ -141,18 +141,24 @@ def run_ours(
 
 def ours_epoch_log(csv_path: Path, marks: Path, launch: float, task: str) -> list[dict[str, Any]]:
     """Each validated epoch's mAP50-95 (both paths; the task's second metric too) and when it was
-    known, in seconds from the side's launch: an epoch's validation ends where the next epoch's
-    training starts (its mark), the last one's when the fit wrote metrics.csv for the last time."""
-    starts = {}
+    known, in seconds from the side's launch: the end of its validation (its ``validated`` mark,
+    before the checkpoint of it is saved, as the peer's time is taken), else, from a fit that
+    wrote no such marks, where the next epoch's training starts, the last one's when the fit
+    wrote metrics.csv for the last time."""
+    starts, validated = {}, {}
     if marks.is_file():
         for line in marks.read_text().splitlines():
             mark = json.loads(line)
-            starts[int(mark["epoch"])] = float(mark["start"])
+            if "validated" in mark:
+                validated[int(mark["epoch"])] = float(mark["validated"])
+            else:
+                starts[int(mark["epoch"])] = float(mark["start"])
     rows = [r for r in csv.DictReader(csv_path.open()) if r.get("val/e2e/mAP50-95")]
     log = []
     for k, r in enumerate(rows):
         epoch = int(float(r["epoch"]))
         end = starts.get(epoch + 1) if k + 1 < len(rows) else csv_path.stat().st_mtime
+        end = validated.get(epoch, end)
         entry: dict[str, Any] = {
             "epoch": epoch + 1,
             "t_s": None if end is None else round(end - launch, 2),

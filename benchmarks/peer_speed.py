@@ -160,7 +160,7 @@ def run_ours(
         result["img_s"] = round(statistics.fmean(steady), 1) if steady else None
         # GPU utilisation over the steady epochs' own windows (first batch to last, as timed)
         lines = marks_file.read_text().splitlines() if marks_file.is_file() else []
-        steady_marks = [m for m in map(json.loads, lines) if m["epoch"] >= 1]
+        steady_marks = [m for m in map(json.loads, lines) if "start" in m and m["epoch"] >= 1]
         if steady_marks:
             result["gpu_util"] = gpu.mean_between(steady_marks[0]["start"], steady_marks[-1]["end"])
     return result

@@ -68,11 +68,16 @@ def test_fit_logs_each_epochs_training_throughput(detect_run: Path) -> None:
         seconds, rate = float(r["time/train_epoch_s"]), float(r["time/train_images_per_s"])
         assert seconds > 0 and rate * seconds == pytest.approx(12, rel=1e-3)
     # the wall-clock windows a benchmark samples the GPU over (LUCID_EPOCH_MARKS): the same
-    # first-batch-to-last-batch span, one line per epoch
-    marks = [json.loads(line) for line in (detect_run.parents[1] / "epochs.jsonl").open()]
+    # first-batch-to-last-batch span, one line per epoch; and when each validation ended, after
+    # its epoch's window (the sanity check's none)
+    lines = [json.loads(line) for line in (detect_run.parents[1] / "epochs.jsonl").open()]
+    marks = [m for m in lines if "start" in m]
     assert [m["epoch"] for m in marks] == [0, 1]
     for m, r in zip(marks, rows, strict=True):
         assert m["end"] - m["start"] == pytest.approx(float(r["time/train_epoch_s"]), abs=0.05)
+    validated = [m for m in lines if "validated" in m]
+    assert [m["epoch"] for m in validated] == [0, 1]
+    assert all(v["validated"] >= m["end"] for v, m in zip(validated, marks, strict=True))
 
 
 @pytest.mark.slow

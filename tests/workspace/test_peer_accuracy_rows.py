@@ -121,3 +121,24 @@ def test_a_heldout_set_builds_the_same_from_its_seed_with_every_class_annotated(
     assert (other / "annotations" / "val.json").read_text() != (
         first / "annotations" / "val.json"
     ).read_text()
+
+
+def test_ours_time_to_a_score_is_when_its_validation_ended(tmp_path: Path) -> None:
+    """An epoch's score is known when its validation ends (the ``validated`` mark, before its
+    checkpoint is written, as the peer's is timed); a fit without such marks falls back to the
+    next epoch's first batch."""
+    peer_ours = _load("peer_ours")
+    csv_path = tmp_path / "metrics.csv"
+    paths = ["val/e2e/mAP50-95", "val/nms/mAP50-95"]
+    lines = [",".join(["epoch", *paths])] + [f"{e},0.{e + 1},0.{e + 2}" for e in range(3)]
+    csv_path.write_text("\n".join(lines) + "\n")
+    windows = [{"epoch": e, "start": 100.0 + 10 * e, "end": 105.0 + 10 * e} for e in range(3)]
+    stamps = [{"epoch": e, "validated": 107.0 + 10 * e} for e in range(3)]
+    marks = tmp_path / "epochs.jsonl"
+    marks.write_text("".join(json.dumps(m) + "\n" for m in [*windows, *stamps]))
+    log = peer_ours.ours_epoch_log(csv_path, marks, 90.0, "detect")
+    assert [(r["epoch"], r["t_s"]) for r in log] == [(0, 10.0), (1, 17.0), (2, 27.0), (3, 37.0)]
+    assert log[2]["nms_box"] == pytest.approx(0.3)
+    marks.write_text("".join(json.dumps(m) + "\n" for m in windows))
+    old = peer_ours.ours_epoch_log(csv_path, marks, 90.0, "detect")
+    assert [r["t_s"] for r in old[1:3]] == [20.0, 30.0]

@@ -141,7 +141,9 @@ class EpochThroughput(Callback):
     batch's start to the last batch's end, validation excluded. The device is synchronised at
     those two points only, never per step. With ``LUCID_EPOCH_MARKS=FILE`` in the environment
     each epoch also appends ``{"epoch", "start", "end"}`` (Unix seconds) to FILE as a JSON line,
-    for benchmarks that sample the GPU over exactly those windows (`benchmarks/peer_speed.py`)."""
+    for benchmarks that sample the GPU over exactly those windows (`benchmarks/peer_speed.py`),
+    and each validation that ends ``{"epoch", "validated"}``: when its metrics were known, before
+    any checkpoint of them is written (the time to accuracy, `benchmarks/peer_ours.py`)."""
 
     def __init__(self) -> None:
         self._start: float | None = None
@@ -180,6 +182,15 @@ class EpochThroughput(Callback):
                         "end": time.time()}  # fmt: skip
                 with open(marks, "a") as f:
                     f.write(json.dumps(mark) + "\n")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Callbacks run in the trainer's order, checkpoint callbacks last: this is before the
+        # validation's checkpoints are saved.
+        marks = os.environ.get("LUCID_EPOCH_MARKS")
+        if marks and trainer.is_global_zero and not trainer.sanity_checking:
+            with open(marks, "a") as f:
+                f.write(json.dumps({"epoch": trainer.current_epoch, "validated": time.time()}))
+                f.write("\n")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         seconds, self._seconds, self._start = self._seconds, None, None
