@@ -58,7 +58,7 @@ from lucid_train.cli.flags import (
     takes_bool,
     task_of,
 )
-from lucid_train.cli.resume import CONFIG_FILE, Resume, ResumeConflictError, resume_argv
+from lucid_train.cli.resume import CONFIG_FILE, Resume, resume_argv
 from lucid_train.data import LucidDataModule
 from lucid_train.distributed import fit_strategy, shared_run_dir
 from lucid_train.model_spec import parse_model
@@ -69,9 +69,7 @@ from lucid_train.tasks.restore import load_module
 from lucid_train.tasks.task_modules import module_class
 
 __all__ = [
-    "CONFIG_FILE",
     "LucidCLI",
-    "ResumeConflictError",
     "RunConfig",
     "main",
     "resolve_precision",
