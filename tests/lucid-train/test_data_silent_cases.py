@@ -14,6 +14,7 @@ import pytest
 from lucid_train.data import DataFormatError, EmptySplitError, LucidDataModule, read_split
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.records import Task
 from lucid_train.data.transport import collate
 from lucid_train.run.skipped_images import SkippedImages, summary
 
@@ -26,23 +27,45 @@ def _yolo(root: Path, yaml: str, label: str, write_image: Callable[..., Path]) -
     return root
 
 
-def test_a_duplicate_names_key_is_refused_naming_file_line_and_key(
-    tmp_path: Path, write_image: Callable[..., Path]
-) -> None:
-    """Was: the second silently replaced the first, and class 1 was blamed on the label file."""
-    yaml = "path: .\ntrain: images/train\nnames:\n  0: cat\n  0: dog\n"
-    _yolo(tmp_path, yaml, "1 0.5 0.5 0.2 0.2\n", write_image)
-    with pytest.raises(DataFormatError, match=r"data\.yaml:5: key 0 appears twice under 'names' "):
-        read_split(tmp_path, "train", task="detect")
+REFUSED = [
+    # Was: the second key silently replaced the first, and class 1 was blamed on the label file.
+    pytest.param(
+        "path: .\ntrain: images/train\nnames:\n  0: cat\n  0: dog\n",
+        "1 0.5 0.5 0.2 0.2\n",
+        "detect",
+        r"data\.yaml:5: key 0 appears twice under 'names' ",
+        id="duplicate-names-key-names-file-line-and-key",
+    ),
+    pytest.param(
+        "path: .\ntrain: images/train\nnames: {0: cat, 0: dog}\n",
+        "",
+        "detect",
+        r"data\.yaml:3: key 0 appears twice",
+        id="duplicate-key-inside-an-inline-mapping",
+    ),
+    # Was: seven values (3.5 points) were called 'fewer than 3 points'.
+    pytest.param(
+        "path: .\ntrain: images/train\nnames: [cat]\n",
+        "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1\n",
+        "segment",
+        r"a\.txt:1: .*odd count of 7 coordinate values",
+        id="polygon-with-an-odd-count-of-coordinates",
+    ),
+]
 
 
-def test_a_duplicate_key_inside_an_inline_mapping_is_refused(
-    tmp_path: Path, write_image: Callable[..., Path]
+@pytest.mark.parametrize(("yaml", "label", "task", "message"), REFUSED)
+def test_a_malformed_yolo_file_is_refused_naming_file_and_line(
+    tmp_path: Path,
+    write_image: Callable[..., Path],
+    yaml: str,
+    label: str,
+    task: Task,
+    message: str,
 ) -> None:
-    yaml = "path: .\ntrain: images/train\nnames: {0: cat, 0: dog}\n"
-    _yolo(tmp_path, yaml, "", write_image)
-    with pytest.raises(DataFormatError, match=r"data\.yaml:3: key 0 appears twice"):
-        read_split(tmp_path, "train", task="detect")
+    _yolo(tmp_path, yaml, label, write_image)
+    with pytest.raises(DataFormatError, match=message):
+        read_split(tmp_path, "train", task=task)
 
 
 def test_a_label_file_without_an_image_is_counted(
@@ -53,16 +76,6 @@ def test_a_label_file_without_an_image_is_counted(
     index = read_split(tmp_path, "train", task="detect")
     assert index.report.counts == {"label file without an image (ignored)": 1}
     assert index.report.examples["label file without an image (ignored)"][0].endswith("orphan.txt")
-
-
-def test_a_yolo_polygon_with_an_odd_count_of_coordinates_says_so(
-    tmp_path: Path, write_image: Callable[..., Path]
-) -> None:
-    """Was: seven values (3.5 points) were called 'fewer than 3 points'."""
-    yaml = "path: .\ntrain: images/train\nnames: [cat]\n"
-    _yolo(tmp_path, yaml, "0 0.1 0.1 0.5 0.1 0.5 0.5 0.1\n", write_image)
-    with pytest.raises(DataFormatError, match=r"a\.txt:1: .*odd count of 7 coordinate values"):
-        read_split(tmp_path, "train", task="segment")
 
 
 def _coco(root: Path, anns: list[dict[str, object]], write_image: Callable[..., Path]) -> Path:
