@@ -8,7 +8,11 @@ version (`nox -t torch2.11`). Packages are chosen by posargs:
 Pytest flags pass through, with their values as separate words or not (`-- -n 8`, `-- -n8`,
 `-- lucid-capture -k signature`): a word that is not a test folder is the value of the flag
 before it. A CPU lane runs `CPU_MARKS` of its torch version (torch 2.9: not the `slow` tests
-but those also marked `any_torch`); `-- -m "not gpu"` runs every CPU test there too.
+but those also marked `any_torch`); `-- -m "not gpu"` runs every CPU test there too. Unless the
+flags choose otherwise (`-n`, `--dist`, `-p no:xdist`) it runs them side by side with
+pytest-xdist, a worker per core of one CPU thread each (`-n <cores> --dist=loadgroup`: the tests
+that share a module's fixture on one worker, tests/conftest.py), which brought `.ci/run` on the
+2-core CI machine under 20 minutes (README).
 
 A GPU session chooses its environment (`gpu_env_plan`): where the package registry answers and
 uv is at hand, it builds its own from `uv.lock` for its Python/torch pair, as the CPU sessions
@@ -127,7 +131,13 @@ def _cpu_session(group: str, marks: str) -> Callable[[nox.Session], None]:
             group,
             *peer,
         )
-        _run_pytest(session, "-m", marks, *_pytest_flags(session), *_test_dirs(session))
+        flags = _pytest_flags(session)
+        extra, threads = cpu_parallel(flags, os.cpu_count())
+        if extra:
+            session.log(f"running side by side: {' '.join(extra)}")
+        if threads:
+            session.log(f"CPU threads per worker: {threads['OMP_NUM_THREADS']}")
+        _run_pytest(session, "-m", marks, *extra, *flags, *_test_dirs(session), env=threads)
 
     return run
 
@@ -164,10 +174,13 @@ def _interpreter_pair(python: str) -> tuple[str, str]:
     return py, torch_version
 
 
-def parallel_flags(flags: Sequence[str], cores: int | None) -> list[str]:
-    """The GPU session's default xdist flags, unless ``flags`` already choose the workers, the
-    distribution or turn xdist off: the GPU tests are long fits that share the one device well,
-    and one at a time they take longer than a 10-minute call (README)."""
+def parallel_flags(flags: Sequence[str], cores: int | None, *, reserve: int = 2) -> list[str]:
+    """The default xdist flags, ``cores - reserve`` workers, unless ``flags`` already choose the
+    workers, the distribution or turn xdist off. The GPU session keeps two cores back (the main
+    process and the device's feeder): its tests are long fits that share the one device well,
+    and one at a time they take longer than a 10-minute call (README). The CPU lanes use every
+    core (``reserve=0``): on the 2-core CI machine one process left a core idle through most of
+    the suite (single-threaded Lightning loops, interpreter start-ups of the subprocess tests)."""
     chosen = ("-n", "--numprocesses", "--dist")
     if any(f == c or f.startswith(c) for f in flags for c in chosen):
         return []
@@ -176,7 +189,7 @@ def parallel_flags(flags: Sequence[str], cores: int | None) -> list[str]:
     plugins += [f.removeprefix("-p") for f in flags if f.startswith("-p") and f != "-p"]
     if "no:xdist" in plugins:
         return []
-    workers = (cores or 1) - 2  # leave the main process and the device's feeder a core each
+    workers = (cores or 1) - reserve
     return [f"-n{workers}", "--dist=loadgroup"] if workers >= 2 else []
 
 
@@ -199,6 +212,13 @@ def worker_threads(flags: Sequence[str], cores: int | None) -> dict[str, str]:
         return {}
     n = str(max(1, (cores or 1) // workers))
     return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n}
+
+
+def cpu_parallel(flags: Sequence[str], cores: int | None) -> tuple[list[str], dict[str, str]]:
+    """A CPU lane's default xdist flags (a worker per core, `parallel_flags`) and its workers'
+    thread counts (`worker_threads`), each left out where ``flags`` or the environment chose."""
+    extra = parallel_flags(flags, cores, reserve=0)
+    return extra, worker_threads([*extra, *flags], cores)
 
 
 def registry_reachable(url: str | None = None, timeout: float = 3.0) -> bool:

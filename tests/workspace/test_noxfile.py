@@ -260,3 +260,36 @@ def test_gpu_session_shares_the_cores_out_among_its_workers(
 def test_gpu_session_keeps_a_thread_count_the_caller_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert NOXFILE.worker_threads(["-n14"], 16) == {}
+
+
+@pytest.mark.parametrize(
+    ("flags", "cores", "expected", "threads"),
+    [
+        ([], 2, ["-n2", "--dist=loadgroup"], "1"),  # the CI machine
+        ([], 16, ["-n16", "--dist=loadgroup"], "1"),
+        (["-k", "signature"], 4, ["-n4", "--dist=loadgroup"], "1"),
+        ([], 1, [], None),  # one core: one process, torch's own thread count
+        (["-n", "0"], 16, [], None),
+        (["-n", "3"], 12, [], "4"),
+        (["--dist=loadfile"], 2, [], None),
+        (["-p", "no:xdist"], 2, [], None),
+        (["-pno:xdist"], 2, [], None),
+    ],
+)
+def test_cpu_lanes_run_a_worker_per_core_of_one_thread_unless_the_flags_choose(
+    flags: list[str],
+    cores: int,
+    expected: list[str],
+    threads: str | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    extra, env = NOXFILE.cpu_parallel(flags, cores)
+    assert extra == expected
+    assert env.get("OMP_NUM_THREADS") == env.get("MKL_NUM_THREADS") == threads
+
+
+def test_cpu_lanes_keep_a_thread_count_the_caller_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert NOXFILE.cpu_parallel([], 2) == (["-n2", "--dist=loadgroup"], {})
