@@ -132,6 +132,30 @@ class Samples:
 
     pixels: str = "stats"  # what add_pixels keeps: "stats", "painted" (flat) or "sharpness"
 
+    def add_labels(
+        self,
+        boxes: np.ndarray,
+        sources: list[int],
+        sources_targets: int,
+        *,
+        scale: float,
+        gain: float,
+        total: float,
+        centre: tuple[float, float] | None,
+    ) -> None:
+        """Record one sample's labels and geometry: its ``(N, 4)`` xyxy output ``boxes``, the
+        source images it used (its own first) and their targets, its affine scale, its own
+        image's letterbox gain and source -> output scale, and the mosaic centre (None: none)."""
+        self.counts.append(len(boxes))
+        self.boxes.append(boxes)
+        self.sources_targets.append(sources_targets)
+        self.affine_scale.append(scale)
+        self.letterbox_gain.append(gain)
+        self.total_scale.append(total)
+        if centre is not None:
+            self.centre.append(centre)
+        self.sources.append(sources)
+
     def add_pixels(self, image: np.ndarray) -> None:
         """Reduce one ``(S, S, 3)`` uint8 RGB image to the statistics ``pixels`` names."""
         if self.pixels == "sharpness":
@@ -235,15 +259,15 @@ def theirs(
                 h0, w0 = shapes[i]
                 r = size / max(h0, w0)
                 gain = min(math.ceil(w0 * r), size) / w0  # their load_image resize
-                out.counts.append(len(boxes))
-                out.boxes.append(boxes)
-                out.sources_targets.append(sum(n_src[k] for k in used))
-                out.affine_scale.append(drawn["scale"])
-                out.letterbox_gain.append(gain)
-                out.total_scale.append(gain * drawn["scale"])
-                if "centre" in drawn:
-                    out.centre.append(drawn["centre"])
-                out.sources.append(used)
+                out.add_labels(
+                    boxes,
+                    used,
+                    sum(n_src[k] for k in used),
+                    scale=drawn["scale"],
+                    gain=gain,
+                    total=gain * drawn["scale"],
+                    centre=drawn.get("centre"),
+                )
                 out.add_pixels(img)
     finally:
         Mosaic.get_indexes, Mosaic.get_params = get_indexes, mosaic_params  # type: ignore[method-assign]
@@ -315,16 +339,17 @@ def ours(
             h0, w0 = ds.records[i].height, ds.records[i].width
             if load_resize:  # the plan's matrices start from the resized source
                 total *= load_size(h0, w0, size)[1] / w0
+            centre = (g.mosaic.cx, g.mosaic.cy) if g.mosaic is not None else None
             for name, s in out.items():
-                s.counts.append(len(targets))
-                s.boxes.append(targets.boxes.astype(np.float64))
-                s.sources_targets.append(sum(n_src[k] for k in used))
-                s.affine_scale.append(g.affine.scale)
-                s.letterbox_gain.append(size / max(h0, w0))
-                s.total_scale.append(total)
-                if g.mosaic is not None:
-                    s.centre.append((g.mosaic.cx, g.mosaic.cy))
-                s.sources.append(used)
+                s.add_labels(
+                    targets.boxes.astype(np.float64),
+                    used,
+                    sum(n_src[k] for k in used),
+                    scale=g.affine.scale,
+                    gain=size / max(h0, w0),
+                    total=total,
+                    centre=centre,
+                )
                 if name == "cpu":
                     s.add_pixels(np.asarray(render_cpu(plan, images)))  # type: ignore[arg-type]
             if "device" in out:
