@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,24 @@ def test_authors_file_loads_every_tensor_without_running_its_code(tmp_path: Path
     assert "posix.system" in read_authors_checkpoint(path).globals_named or (
         "nt.system" in read_authors_checkpoint(path).globals_named
     )
+
+
+def test_writing_the_authors_layout_leaves_an_imported_ultralytics_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The peer lane imports the real Ultralytics: the stand-in classes the layout file is
+    pickled with are its classes only while the file is written (left in place, its own models
+    no longer pickled for the rest of the process, and the ladder's step tests failed)."""
+    kept = {"ultralytics.nn.tasks": "DetectionModel", "ultralytics.nn.modules.conv": "Conv"}
+    for name in ("ultralytics", "ultralytics.nn", "ultralytics.nn.modules", *kept):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    theirs = {m: type(c, (), {}) for m, c in kept.items()}
+    for module, cls in theirs.items():
+        setattr(sys.modules[module], kept[module], cls)
+    write_authors_checkpoint(
+        tmp_path / "w.pt", {"model.0.conv.weight": torch.ones(1)}, task="detect"
+    )
+    assert {m: getattr(sys.modules[m], c) for m, c in kept.items()} == theirs
 
 
 def test_class_branches_start_fresh_when_the_class_count_differs(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ The layout is the one `tests/lucid-train/facts/ultralytics_weights_layout.json` 
 (``_parameters``, ``_buffers``, ``_modules``) holding fp16 tensors under the authors' names.
 The module objects are instances of stand-in classes that pickle under the authors' class names
 (``ultralytics.nn.tasks.DetectionModel``, ``ultralytics.nn.modules.conv.Conv``): their modules
-are registered in ``sys.modules`` only while the file is written.
+are registered in ``sys.modules`` only while the file is written, and where Ultralytics itself is
+imported (the peer lane) its classes are put back afterwards.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ def _authors_classes(root_class: str) -> Iterator[dict[str, type]]:
         if mod_name not in sys.modules:
             sys.modules[mod_name] = types.ModuleType(mod_name)
             added.append(mod_name)
+    # A real Ultralytics imported before keeps its classes: left replaced, pickling one of its
+    # models later in the process fails ("not the same object as ...DetectionModel").
+    missing = object()
+    replaced = [(sys.modules[m], c, getattr(sys.modules[m], c, missing)) for m, c in names.items()]
     try:
         for mod_name, cls_name in names.items():
             cls = type(cls_name, (_Node,), {"__module__": mod_name, "__qualname__": cls_name})
@@ -65,6 +70,11 @@ def _authors_classes(root_class: str) -> Iterator[dict[str, type]]:
             made[cls_name] = cls
         yield made
     finally:
+        for module, cls_name, before in replaced:
+            if before is missing:
+                delattr(module, cls_name)
+            else:
+                setattr(module, cls_name, before)
         for mod_name in added:
             del sys.modules[mod_name]
 
