@@ -179,8 +179,8 @@ def parallel_flags(flags: Sequence[str], cores: int | None, *, reserve: int = 2)
     workers, the distribution or turn xdist off. The GPU session keeps two cores back (the main
     process and the device's feeder): its tests are long fits that share the one device well,
     and one at a time they take longer than a 10-minute call (README). The CPU lanes use every
-    core (``reserve=0``): on the 2-core CI machine one process left a core idle through most of
-    the suite (single-threaded Lightning loops, interpreter start-ups of the subprocess tests)."""
+    core (``reserve=0``): in one process (one thread) the default lane's tests kept 0.87 of
+    the 2-core machine's two cores busy: most are Python-bound fits and interpreter start-ups."""
     chosen = ("-n", "--numprocesses", "--dist")
     if any(f == c or f.startswith(c) for f in flags for c in chosen):
         return []
