@@ -9,37 +9,24 @@ metric, as validating the module the file was written from.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import lightning as L
 import pytest
 import torch
 
 from lucid_testing.authors_layout import authors_state_dict, write_authors_checkpoint
+from lucid_testing.benchmark_scripts import load_benchmark
 from lucid_train.data import LucidDataModule, SyntheticSpec, synthetic_dataset
 from lucid_train.tasks.module import schema_arguments
 from lucid_train.tasks.task_modules import module_class
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _peer_detect() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "peer_detect", ROOT / "benchmarks" / "peer_detect.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("task", ["detect", "segment"])
 def test_the_peers_weights_are_validated_as_lucid_validates_its_own_module(
     task: str, tmp_path: Path
 ) -> None:
-    peer_detect = _peer_detect()
+    peer_detect = load_benchmark("peer_detect")
     small = SyntheticSpec(num_train=4, num_val=6, min_side=128, max_side=192)
     root = synthetic_dataset(task, cache_dir=tmp_path / "cache", spec=small)  # type: ignore[arg-type]
     dm = LucidDataModule(task, root, img_size=64, batch_size=4, num_workers=0)  # type: ignore[arg-type]

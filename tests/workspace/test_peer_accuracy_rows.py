@@ -6,26 +6,13 @@ from one seed, with every class annotated and each box its polygon's extent."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # the scripts import their siblings by name
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from lucid_testing.benchmark_scripts import load_benchmark
 
 
 def _report(seed: int, ours: float, peer: float, ours_log: list[float]) -> dict[str, Any]:
@@ -47,7 +34,7 @@ def _report(seed: int, ours: float, peer: float, ours_log: list[float]) -> dict[
 
 
 def test_seed_rows_hold_the_seed_means_the_spread_and_each_seeds_time_to_accuracy() -> None:
-    tables, seeds = _load("peer_tables"), _load("peer_seeds")
+    tables, seeds = load_benchmark("peer_tables"), load_benchmark("peer_seeds")
     per_seed = tables.accuracy_rows(_report(0, 0.40, 0.50, [0.3, 0.5, 0.4]), "auto")
     per_seed += tables.accuracy_rows(_report(1, 0.60, 0.50, [0.2, 0.3, 0.45]), "auto")
     rows = {r["path"]: r for r in seeds.seed_rows(per_seed)}
@@ -68,7 +55,7 @@ def test_seed_rows_hold_the_seed_means_the_spread_and_each_seeds_time_to_accurac
 def test_merge_keeps_rows_of_other_sets_and_replaces_the_same_task_set_and_seeds(
     tmp_path: Path,
 ) -> None:
-    acc = _load("peer_accuracy")
+    acc = load_benchmark("peer_accuracy")
     row = {"task": "detect", "path": "e2e", "metric": "mAP50-95"}
     files = []
     for k, rows in enumerate(
@@ -96,7 +83,7 @@ def test_a_heldout_set_builds_the_same_from_its_seed_with_every_class_annotated(
         {"vsynth-small": "synth_datasets", "skimage-shapes": "skimage"}[name],
         reason="the dependency group 'heldout' is not installed",
     )
-    sets = _load("heldout_sets")
+    sets = load_benchmark("heldout_sets")
     first = sets.build(tmp_path / "a", name, seed=3, train=12, val=6)
     again = sets.build(tmp_path / "b", name, seed=3, train=12, val=6)
     for split in ("train", "val"):
@@ -127,7 +114,7 @@ def test_ours_time_to_a_score_is_when_its_validation_ended(tmp_path: Path) -> No
     """An epoch's score is known when its validation ends (the ``validated`` mark, before its
     checkpoint is written, as the peer's is timed); a fit without such marks falls back to the
     next epoch's first batch."""
-    peer_ours = _load("peer_ours")
+    peer_ours = load_benchmark("peer_ours")
     csv_path = tmp_path / "metrics.csv"
     paths = ["val/e2e/mAP50-95", "val/nms/mAP50-95"]
     lines = [",".join(["epoch", *paths])] + [f"{e},0.{e + 1},0.{e + 2}" for e in range(3)]

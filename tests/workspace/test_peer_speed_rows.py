@@ -5,26 +5,13 @@ step's kernels put in the innermost part range open when their launch ran."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _load(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # the scripts import their siblings by name
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from lucid_testing.benchmark_scripts import load_benchmark
 
 
 def _row(task: str, batch: int, lucid: float, peer: float, scale: str | None = None) -> dict:
@@ -36,7 +23,7 @@ def _row(task: str, batch: int, lucid: float, peer: float, scale: str | None = N
 
 
 def test_rows_merge_by_task_scale_and_batch_and_old_rows_read_as_scale_n() -> None:
-    rows = _load("speed_rows")
+    rows = load_benchmark("speed_rows")
     old = [rows.summarise_row(_row("detect", 64, 1200, 600)),
            rows.summarise_row(_row("detect", 16, 680, 170))]  # fmt: skip
     new = [rows.summarise_row(_row("detect", 64, 900, 700, "m")),
@@ -52,14 +39,14 @@ def test_rows_merge_by_task_scale_and_batch_and_old_rows_read_as_scale_n() -> No
 
 
 def test_a_row_without_a_side_has_no_ratio() -> None:
-    rows = _load("speed_rows")
+    rows = load_benchmark("speed_rows")
     row = rows.summarise_row({"task": "obb", "scale": "s", "batch": 16, "lucid": {"img_s": 5.0}})
     assert row["ratio"] is None and row["ultralytics_img_s"] is None
     assert row["gpu_util"] == {"peer": None, "lucid": None, "lucid_eager": None}
 
 
 def test_the_fallback_halves_the_batch_after_an_out_of_memory_log(tmp_path: Path) -> None:
-    rows = _load("speed_rows")
+    rows = load_benchmark("speed_rows")
     log = tmp_path / "side.log"
     assert not rows.ran_out_of_memory(log)
     log.write_text("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
@@ -71,8 +58,8 @@ def test_the_fallback_halves_the_batch_after_an_out_of_memory_log(tmp_path: Path
 
 
 def test_write_results_merges_into_the_file_already_there(tmp_path: Path) -> None:
-    speed = _load("peer_speed")
-    rows = _load("speed_rows")
+    speed = load_benchmark("peer_speed")
+    rows = load_benchmark("speed_rows")
     old = {"date": "then", "command": "old", "versions": {}, "runs": [_row("detect", 64, 1, 1)]}
     (tmp_path / "peer-speed.json").write_text(json.dumps(old))
     args = speed.parse_args(["--out", str(tmp_path), "--tasks", "detect,pose", "--scales", "s,m"])
@@ -111,7 +98,7 @@ def test_kernels_go_to_the_innermost_part_open_at_their_launch() -> None:
         _ev("kernel", "nchwToNhwcKernel", 650, 10, 3),
         _ev("gpu_memcpy", "Memcpy HtoD", 700, 10, 4),
     ]}  # fmt: skip
-    tally = _load("step_trace").account(trace, steps=2)
+    tally = load_benchmark("step_trace").account(trace, steps=2)
     assert tally["parts_ms"] == {"backward": 0.03, "loss": 0.015, "other": 0.005, "assigner": 0.005}
     assert tally["device_ms"] == 0.055 and tally["graph_kernels_per_step"] == 1.0
     assert tally["moves"] == {"per_step": 1.0, "ms": 0.01}
