@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 from lucid_testing import recorded_fit
-from lucid_testing.recorded_fit import held, release
+from lucid_testing.recorded_fit import hold_until_released
 from lucid_train.data.dataset import EvalDataset
 
 
@@ -28,9 +27,7 @@ def main(argv: list[str]) -> int:
         nonlocal reads
         reads += 1
         if reads == hold_at:
-            held(log_path).touch()
-            while not release(log_path).exists():
-                time.sleep(0.01)
+            hold_until_released(log_path)
         return read(self, index)
 
     EvalDataset.__getitem__ = counted  # type: ignore[method-assign]

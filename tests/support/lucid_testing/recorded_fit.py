@@ -32,6 +32,13 @@ def release(log: str | Path) -> Path:
     return Path(f"{log}.release")
 
 
+def hold_until_released(log: str | Path) -> None:
+    """Say the read is held (`held`), then wait until the test releases it (`release`)."""
+    held(log).touch()
+    while not release(log).exists():
+        time.sleep(0.01)
+
+
 def main(argv: list[str]) -> int:
     log_path, args = argv[0], argv[1:]
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 - open for the whole run
@@ -43,9 +50,7 @@ def main(argv: list[str]) -> int:
         epoch, position = key
         log.write(f"{epoch} {position} {int(self.permutation(epoch)[position])}\n")
         if (epoch, position) == hold:
-            held(log_path).touch()
-            while not release(log_path).exists():
-                time.sleep(0.01)
+            hold_until_released(log_path)
         return read(self, key)
 
     TrainDataset.__getitem__ = recorded  # type: ignore[method-assign]
