@@ -95,6 +95,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--peer-python", default=None, help="interpreter with Ultralytics")
     parser.add_argument("--no-cross", action="store_true", help="skip ours through their validator")
     parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="sides whose report is in --out already are not trained again: a call that goes on "
+        "from an earlier one, or new arms beside the sides of a finished run",
+    )
+    parser.add_argument(
         "--rescore",
         action="store_true",
         help="train nothing: make the validation rows of the finished runs in --out again with "
@@ -139,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
                 ]
                 for side, flags in sides:
                     name = run_name(task, set_name, side, seed, seeds)
+                    if args.keep and _report(args.out / name) is not None:
+                        print(f"{name}: kept from an earlier call", flush=True)
+                        continue
                     cmd = [sys.executable, str(HERE / "peer_detect.py"), "--task", task,
                            "--set", set_name, *common, *flags, "--seed", str(seed),
                            "--out", str(args.out / name),
@@ -248,29 +257,26 @@ def _rescore(
 
     for task, set_name, seed in ((t, x, s) for t in tasks for x in sets for s in seeds):
         tail = f"{set_name} seed {seed}"
-        if True:
-            peer_dir = args.out / run_name(task, set_name, "peer", seed, seeds)
-            peer = _report(peer_dir)
-            for arm in arms:
-                ours_dir = args.out / run_name(task, set_name, f"acc{arm}", seed, seeds)
-                ours = _report(ours_dir)
-                if ours is None or peer is None:
-                    continue
-                s = ours["settings"]
-                side = argparse.Namespace(
-                    work=args.work / ours_dir.name, device=args.device, workers=args.workers,
-                    imgsz=s["imgsz"], batch=s["batch"], peer_python=args.peer_python, font=None,
-                    side_timeout=args.side_timeout, ours_precision=None,
-                )  # fmt: skip
-                merged = peer_detect.rescore_run(
-                    {**ours, "peer": peer.get("peer", {})}, side, ours_dir
-                )
-                ours["ours_arms"] = merged["ours_arms"]
-                peer["peer"] = merged["peer"]
-                (ours_dir / "peer_detect.json").write_text(json.dumps(ours, indent=1, default=str))
-            if peer is not None:
-                (peer_dir / "peer_detect.json").write_text(json.dumps(peer, indent=1, default=str))
-                print(f"{task} {tail}: rescored", flush=True)
+        peer_dir = args.out / run_name(task, set_name, "peer", seed, seeds)
+        peer = _report(peer_dir)
+        for arm in arms:
+            ours_dir = args.out / run_name(task, set_name, f"acc{arm}", seed, seeds)
+            ours = _report(ours_dir)
+            if ours is None or peer is None:
+                continue
+            s = ours["settings"]
+            side = argparse.Namespace(
+                work=args.work / ours_dir.name, device=args.device, workers=args.workers,
+                imgsz=s["imgsz"], batch=s["batch"], peer_python=args.peer_python, font=None,
+                side_timeout=args.side_timeout, ours_precision=None,
+            )  # fmt: skip
+            merged = peer_detect.rescore_run({**ours, "peer": peer.get("peer", {})}, side, ours_dir)
+            ours["ours_arms"] = merged["ours_arms"]
+            peer["peer"] = merged["peer"]
+            (ours_dir / "peer_detect.json").write_text(json.dumps(ours, indent=1, default=str))
+        if peer is not None:
+            (peer_dir / "peer_detect.json").write_text(json.dumps(peer, indent=1, default=str))
+            print(f"{task} {tail}: rescored", flush=True)
 
 
 def _report(folder: Path) -> dict[str, Any] | None:

@@ -22,11 +22,13 @@ from peer_common import (
 )
 
 # An arm is ``ACCUMULATE[+OPTION...]``: ``auto+buffer+resize`` trains with the authors' mosaic
-# partner buffer and their load-time resize (assumptions D23, D24) at the authors' cadence, so an
-# A/B of a data option is one more arm beside the default in the same call.
+# partner buffer and their load-time resize (assumptions D23, D24) at the authors' cadence, and
+# ``+cpu`` paints in the loader workers instead of on the GPU (D18); so an A/B of a data option is
+# one more arm beside the default in the same call.
 ARM_OPTIONS = {
     "buffer": ["--data.mosaic_pool", "buffer"],
     "resize": ["--data.load_resize", "true"],
+    "cpu": ["--data.render", "cpu"],
 }
 
 

@@ -129,3 +129,24 @@ def test_ours_time_to_a_score_is_when_its_validation_ended(tmp_path: Path) -> No
     marks.write_text("".join(json.dumps(m) + "\n" for m in windows))
     old = peer_ours.ours_epoch_log(csv_path, marks, 90.0, "detect")
     assert [r["t_s"] for r in old[1:3]] == [20.0, 30.0]
+
+
+def test_keep_trains_only_the_sides_without_a_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acc = load_benchmark("peer_accuracy")
+    for side in ("peer", "accauto"):  # a finished run's seed 0; seed 1 only its peer
+        (tmp_path / f"detect-{side}-seed0").mkdir()
+        (tmp_path / f"detect-{side}-seed0" / "peer_detect.json").write_text("{}")
+    (tmp_path / "detect-peer-seed1").mkdir()
+    (tmp_path / "detect-peer-seed1" / "peer_detect.json").write_text("{}")
+    queued: list[list[str]] = []
+    monkeypatch.setattr(acc, "_run_queue", lambda queue, *a: queued.append([q[0] for q in queue]))
+    monkeypatch.setattr(acc, "_write_tables", lambda *a, **k: None)
+    argv = ["--out", str(tmp_path), "--tasks", "detect", "--seeds", "0,1"]
+    acc.main([*argv, "--arms", "auto+resize,auto", "--keep"])
+    assert queued[-1] == [
+        "detect-accauto+resize-seed0", "detect-accauto+resize-seed1", "detect-accauto-seed1"
+    ]  # fmt: skip
+    acc.main([*argv, "--arms", "auto"])  # without --keep every side trains again
+    assert queued[-1] == [f"detect-{s}-seed{k}" for k in (0, 1) for s in ("peer", "accauto")]
