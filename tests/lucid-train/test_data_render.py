@@ -27,7 +27,7 @@ from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import TrainDataset
 from lucid_train.data.image_io import CorruptImageError, EncodedImage, open_rgb, read_jpeg
 from lucid_train.data.layout import read_split
-from lucid_train.data.records import Task
+from lucid_train.data.records import DatasetSchema, ImageRecord, Task
 from lucid_train.data.targets import Targets
 from lucid_train.data.transport import collate
 
@@ -195,6 +195,25 @@ def test_jpeg_files_decoded_where_the_batch_renders_match_pillows_decode(tmp_pat
     differing, worst = _differences(packed.render().numpy(), cpu)
     # Two JPEG decoders agree to a level or two on smooth content, more on the sharp speckle.
     assert differing < 0.2 and worst <= 40, (differing, worst)
+
+
+def test_with_the_load_resize_only_a_source_already_at_its_load_size_is_left_to_nvjpeg(
+    tmp_path: Path,
+) -> None:
+    paths = _jpeg_scene(tmp_path, 2)  # 150 x 90 (to be resized to 160 x 96), then 96 x 160
+    boxes = np.array([[10.0, 20.0, 50.0, 60.0]], np.float32)
+    targets = Targets(boxes=boxes, labels=np.zeros(1, np.int64))
+    records = [ImageRecord(i, p, *Image.open(p).size[::-1], targets) for i, p in enumerate(paths)]
+    schema = DatasetSchema("detect", ("a",), (0,))
+    kw = {"render": "device", "decode": "device"}
+    ds = TrainDataset(records, schema, 160, AugmentConfig(), load_resize=True, **kw)  # type: ignore[arg-type]
+    resized, moved = ds.cache(0)
+    assert isinstance(resized, Image.Image) and resized.size == (96, 160)
+    np.testing.assert_allclose(moved.boxes, boxes * np.tile([96 / 90, 160 / 150], 2), rtol=1e-6)
+    assert isinstance(ds.cache(1)[0], EncodedImage)  # already 160 long: the device decodes it
+    once = TrainDataset(records, schema, 160, AugmentConfig(), load_resize=False, **kw)  # type: ignore[arg-type]
+    assert all(isinstance(once.cache(i)[0], EncodedImage) for i in (0, 1))
+    assert LucidDataModule("detect", tmp_path).load_resize  # the authors' rule by default
 
 
 def test_a_truncated_jpeg_is_left_to_pillow_which_names_it(tmp_path: Path) -> None:

@@ -128,6 +128,7 @@ def fit_overfit(spec: OverfitSpec, workdir: Path) -> tuple[Any, Any, Any, float]
         batch_size=spec.batch_size,
         num_workers=spec.workers,
         augment=still,
+        load_resize=False,  # augmentation off: one letterbox resample, the pixels the goldens fit
         seed=spec.seed,
         val_split="train",  # an overfit is scored on the images it trained on
         cache_dir=workdir / "data",

@@ -82,8 +82,10 @@ class LucidDataModule(L.LightningDataModule):
             authors' rule, the images of the last ``min(n, 8 batch, 1000) - 1`` epoch positions
             (mixup partners from the whole split); ``batch``, the sample's own batch (mixup too).
         load_resize: resize each training source to the long side ``img_size`` before the
-            augmentation, as the authors' ``load_image`` (their pixels are resampled twice, ours
-            once otherwise; assumptions.md D24); sources are then decoded in the workers.
+            augmentation, as the authors' ``load_image`` does (on by default: their pixels are
+            resampled twice; ``False`` resamples once, sharper; assumptions.md D24). A source
+            that needs the resize is decoded in the workers; one already at that side may still
+            be left to the device decoder.
         allow_empty: accept a split whose images hold no annotation at all (every image a
             background); without it such a split is refused, since it trains or scores nothing.
     """
@@ -114,7 +116,7 @@ class LucidDataModule(L.LightningDataModule):
         render: Literal["auto", "cpu", "device"] = "auto",
         decode: Literal["auto", "cpu", "device"] = "auto",
         mosaic_pool: MosaicPool = "batch",
-        load_resize: bool = False,
+        load_resize: bool = True,
         allow_empty: bool = False,
     ) -> None:
         super().__init__()

@@ -96,7 +96,7 @@ class _DecodeCache:
         self.records = records
         self.capacity = capacity
         self.ram = ram
-        self.encoded = encoded and resize is None
+        self.encoded = encoded
         self.resize = resize
         self.items: OrderedDict[int, tuple[SizedImage, Targets]] = OrderedDict()
         self.hits = 0
@@ -123,6 +123,15 @@ class _DecodeCache:
             self.items.move_to_end(index)
         return item
 
+    def _encoded(self, rec: ImageRecord) -> bool:
+        """Whether ``rec`` is left to the device decoder: asked for, and no resize to do first
+        (nvJPEG decodes at the stored size; the record's declared size decides)."""
+        if not self.encoded:
+            return False
+        if self.resize is None:
+            return True
+        return load_size(rec.height, rec.width, self.resize) == (rec.height, rec.width)
+
     def _decode(self, index: int) -> tuple[SizedImage, Targets]:
         """The image and targets of record ``index`` (load-resized when asked); a file that no
         longer decodes (it turned corrupt after the split was read) is noted in `skipped` and
@@ -137,7 +146,9 @@ class _DecodeCache:
                 if self.ram is not None:
                     image = self.ram.image(at)
                 else:
-                    image = (read_jpeg(rec.path) if self.encoded else None) or open_rgb(rec.path)
+                    image = (read_jpeg(rec.path) if self._encoded(rec) else None) or open_rgb(
+                        rec.path
+                    )
             except CorruptImageError:
                 self.skipped.append(str(rec.path))
                 continue
@@ -170,7 +181,8 @@ class TrainDataset(Dataset[Sample]):
         decode: with ``render="device"``, ``device`` leaves JPEG files to the device decoder;
             ``cpu`` decodes every source here.
         load_resize: resize each source to the long side ``size`` first, as the authors'
-            ``load_image`` (their two resamples, D24); sources are then decoded here.
+            ``load_image`` (their two resamples, D24; `LucidDataModule`'s default); a source
+            that needs it is then decoded here.
     """
 
     def __init__(
