@@ -188,6 +188,9 @@ def test_coco_ground_truth_is_the_dataset_json(small_synthetic: Callable[[Task],
     gt = dm.coco_ground_truth("val")
     assert len(gt["images"]) == 6
     assert dm.schema.category_ids == (1, 2, 3)
+    # built once per split read: every epoch's validation gets the same document
+    assert dm.coco_ground_truth("val") is gt
+    assert dm.coco_ground_truth("train") is not gt
 
 
 def test_synthetic_sets_are_deterministic_by_seed(tmp_path: Path) -> None:

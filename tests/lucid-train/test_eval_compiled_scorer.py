@@ -23,7 +23,7 @@ from lucid_train.evaluation import (
     coco_from_dict,
     run_cocoeval,
 )
-from lucid_train.evaluation.coco_eval import IouType
+from lucid_train.evaluation.coco_eval import IouType, Scorer
 
 # pycocotools divides by tp + fp + spacing(1): a category whose first detection is a hit has
 # precision 1 / (1 + 2**-52) there, faster-coco-eval's 1.0; nothing else differs (2.2e-16)
@@ -225,3 +225,29 @@ def test_decode_paths_sharing_one_ground_truth_score_as_each_alone(
         for iou_type, ours in per_type.items():
             stats, _ = _pycocotools(doc, paths[path].results(iou_type), iou_type)
             np.testing.assert_allclose(list(ours.values()), stats, rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("scorer", ["faster", "pycocotools"])
+@pytest.mark.parametrize("iou_types", [("bbox", "segm"), ("keypoints", "bbox")])
+def test_one_ground_truth_index_scored_again_each_epoch_gives_pycocotools_numbers(
+    iou_types: tuple[IouType, IouType], scorer: Scorer
+) -> None:
+    """The fit builds a split's index once and hands it to every epoch's evaluators
+    (`YOLOModule._start_scoring`): each later epoch, with other detections, still scores as
+    pycocotools does on a fresh copy of the ground truth."""
+    rng = np.random.default_rng(12)
+    kind: IouType = "segm" if "segm" in iou_types else "keypoints"
+    doc = _ground_truth(rng, 5, kind)
+    sigmas = SIGMAS if kind == "keypoints" else None
+    index = coco_from_dict(doc, scorer)
+    for _epoch in range(3):
+        paths = MultiDecodeEvaluator(
+            ("a", "b"), doc, CATEGORY_IDS, iou_types, sigmas, scorer, index=index
+        )
+        assert all(paths[p].gt is index for p in ("a", "b"))
+        for path in ("a", "b"):
+            _add_detections(rng, paths[path], doc, kind)
+        for path, per_type in paths.compute().items():
+            for iou_type, ours in per_type.items():
+                stats, _ = _pycocotools(doc, paths[path].results(iou_type), iou_type)
+                np.testing.assert_allclose(list(ours.values()), stats, rtol=0, atol=TOLERANCE)

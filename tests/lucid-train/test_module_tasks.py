@@ -3,6 +3,7 @@ weight per epoch, the pose flow trained and checkpointed, empty images scored.""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -54,11 +55,21 @@ def _module(dm: LucidDataModule, **hparams: Any) -> YOLOModule:
 
 
 class _RecordWeight(L.Callback):
+    """The o2m weight at each batch; the frozen object count at each batch and each validation's
+    ground truth index (obb has none)."""
+
     def __init__(self) -> None:
         self.values: list[float] = []
+        self.frozen: list[int] = []
+        self.indices: list[Any] = []  # the objects: an id could be reused once one is freed
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
         self.values.append(float(pl_module.o2m_weight))
+        self.frozen.append(gc.get_freeze_count())
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if pl_module.scorer.coco is not None and not trainer.sanity_checking:
+            self.indices.append(pl_module.scorer.coco["e2e"].gt)
 
 
 @dataclass
@@ -69,6 +80,8 @@ class _Run:
     dm: LucidDataModule
     trainer: L.Trainer
     weights: list[float]
+    record: _RecordWeight
+    frozen_after: int
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +102,7 @@ def task_run(
                 limit_val_batches=1, enable_progress_bar=False, enable_model_summary=False,
             )  # fmt: skip
             trainer.fit(_module(dm), datamodule=dm)
-            runs[task] = _Run(out, dm, trainer, weights.values)
+            runs[task] = _Run(out, dm, trainer, weights.values, weights, gc.get_freeze_count())
         return runs[task]
 
     return run
@@ -195,3 +208,16 @@ def test_validation_scores_a_batch_with_an_image_without_instances(
         scorer.update(module.forward_network(batch.float_images()), batch)
     metrics = scorer.compute()
     assert set(metrics) >= {"e2e/mAP50-95", "nms/mAP50-95", "mAP50-95"}
+
+
+def test_a_fit_keeps_what_it_built_out_of_the_cyclic_collector_and_scores_one_index(
+    task_run: Callable[[str], _Run],
+) -> None:
+    """Validation's tens of thousands of result dicts set off the collector's full passes, which
+    would scan everything the fit built: that is frozen from the fit's start to its teardown,
+    and the split's ground truth is indexed once for every epoch (`YOLOModule.on_fit_start`,
+    `_start_scoring`; docs/benchmarks/epoch-overhead.md)."""
+    run = task_run("detect")
+    assert min(run.record.frozen) > 10_000 and run.frozen_after == 0
+    first, second = run.record.indices
+    assert second is first

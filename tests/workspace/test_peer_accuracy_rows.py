@@ -150,3 +150,16 @@ def test_keep_trains_only_the_sides_without_a_report(
     ]  # fmt: skip
     acc.main([*argv, "--arms", "auto"])  # without --keep every side trains again
     assert queued[-1] == [f"detect-{s}-seed{k}" for k in (0, 1) for s in ("peer", "accauto")]
+
+
+def test_epoch_overhead_splits_each_epoch_into_training_validation_and_the_rest() -> None:
+    overhead = load_benchmark("epoch_overhead")
+    marks = [{"epoch": 0, "start": 10.0, "end": 19.0}, {"epoch": 0, "validated": 21.0},
+             {"epoch": 1, "start": 21.5, "end": 22.0}, {"epoch": 1, "validated": 23.5},
+             {"epoch": 2, "start": 24.5, "end": 25.0}, {"epoch": 2, "validated": 27.5}]  # fmt: skip
+    rows = overhead.phases(marks)
+    assert rows[0] == {"epoch": 0, "train_s": 9.0, "validate_s": 2.0, "between_s": 0.5}
+    assert rows[1] == {"epoch": 1, "train_s": 0.5, "validate_s": 1.5, "between_s": 1.0}
+    assert "between_s" not in rows[2]  # the last epoch has no next one
+    # the first epoch (recording, the loader's start) is left out of the medians
+    assert overhead.medians(rows) == {"train_s": 0.5, "validate_s": 2.0, "between_s": 1.0}

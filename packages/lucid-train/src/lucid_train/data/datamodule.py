@@ -160,6 +160,7 @@ class LucidDataModule(L.LightningDataModule):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.persistent_workers = persistent_workers
         self.indices: dict[str, DatasetIndex] = {}
+        self._ground_truth: dict[str, tuple[DatasetIndex, dict[str, Any]]] = {}
         self.cache = cache
         self.render: Literal["auto", "cpu", "device"] = render
         self.decode: Literal["auto", "cpu", "device"] = decode
@@ -287,11 +288,15 @@ class LucidDataModule(L.LightningDataModule):
     def coco_ground_truth(self, stage: str = "val") -> dict[str, Any]:
         """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: what the
         reader kept of the dataset's own JSON when it came from one
-        (`lucid_train.data.coco.scored_ground_truth`), else built from the records."""
+        (`lucid_train.data.coco.scored_ground_truth`), else built from the records. Built
+        once per split read: every later call returns the same document, not to be changed."""
         index = self._index(stage)
-        if index.coco_json is not None:
-            return scored_ground_truth(index)
-        return coco_document(index)
+        cached = self._ground_truth.get(stage)
+        if cached is not None and cached[0] is index:
+            return cached[1]
+        doc = scored_ground_truth(index) if index.coco_json is not None else coco_document(index)
+        self._ground_truth[stage] = (index, doc)
+        return doc
 
     def _loader(
         self,

@@ -305,13 +305,12 @@ class CocoEvaluator:
             if keypoints is None or b.shape[0] == 0  # no detections: nothing to reshape
             else np.asarray(keypoints, np.float64).reshape(b.shape[0], -1, 3)
         )
-        for i in range(b.shape[0]):
-            det: dict[str, Any] = {
-                "image_id": int(image_id),
-                "category_id": int(cats[i]),
-                "bbox": [b[i, 0], b[i, 1], b[i, 2] - b[i, 0], b[i, 3] - b[i, 1]],
-                "score": float(s[i]),
-            }
+        # Python numbers converted once per image, not element by element: the same float64s.
+        xywh = np.stack([b[:, 0], b[:, 1], b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1).tolist()
+        iid = int(image_id)
+        for i, (bbox, score, cat) in enumerate(zip(xywh, s.tolist(), cats.tolist(), strict=True)):
+            det: dict[str, Any] = {"image_id": iid, "category_id": cat, "bbox": bbox}
+            det["score"] = score
             if rles is not None:
                 det["segmentation"] = rles[i]
             if kp is not None:
@@ -347,7 +346,8 @@ class CocoEvaluator:
 
 
 class MultiDecodeEvaluator:
-    """One `CocoEvaluator` per decode path (e.g. ``e2e`` and ``nms``) over the same ground truth."""
+    """One `CocoEvaluator` per decode path (e.g. ``e2e`` and ``nms``) over the same ground truth,
+    sharing one ``index`` (``coco_from_dict(ground_truth, scorer)``; given, or built here)."""
 
     def __init__(
         self,
@@ -357,9 +357,12 @@ class MultiDecodeEvaluator:
         iou_types: Iterable[IouType] = ("bbox",),
         kpt_sigmas: npt.ArrayLike | None = None,
         scorer: Scorer = DEFAULT_SCORER,
+        *,
+        index: Any = None,
     ) -> None:
         types = tuple(iou_types)
-        index = coco_from_dict(ground_truth, scorer)  # one copy and index for every path
+        if index is None:  # one copy and index for every path
+            index = coco_from_dict(ground_truth, scorer)
         self.evaluators = {
             p: CocoEvaluator(ground_truth, category_ids, types, kpt_sigmas, scorer, index=index)
             for p in paths

@@ -89,6 +89,8 @@ class ValidationScorer:
         settings: decode settings.
         scorer: the COCO scorer (`lucid_train.evaluation.coco_eval`: ``"faster"``, the default,
             gives pycocotools' numbers; ``"pycocotools"`` is the reference itself).
+        index: ``coco_from_dict(ground_truth, scorer)`` of an earlier epoch, to reuse (scoring
+            only adds what it derives from each annotation); built here when None.
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class ValidationScorer:
         ground_truth: dict[str, Any] | None,
         settings: DecodeSettings | None = None,
         scorer: Scorer = DEFAULT_SCORER,
+        index: Any = None,
     ) -> None:
         self.task = task
         self.schema = schema
@@ -110,8 +113,9 @@ class ValidationScorer:
             if ground_truth is None:
                 raise ValueError(f"{task} validation needs the split's COCO ground truth")
             self.coco = MultiDecodeEvaluator(
-                DECODE_PATHS, ground_truth, schema.category_ids, IOU_TYPES[task], scorer=scorer
-            )
+                DECODE_PATHS, ground_truth, schema.category_ids, IOU_TYPES[task], scorer=scorer,
+                index=index,
+            )  # fmt: skip
         self.images = 0
         self.instances = 0
         # obb: each image's dataset id and letterbox, in the evaluators' order (results files)
