@@ -19,6 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
+from lucid_train.data import datamodule
 from lucid_train.data.augment import AugmentConfig, TrainAugment
 from lucid_train.data.augment.plan import SizedImage
 from lucid_train.data.augment.render_cpu import render_cpu
@@ -157,6 +158,25 @@ def test_the_datamodule_renders_after_the_transfer_and_on_the_cpu_without_cuda(
     assert shown.pixels is None and tuple(shown.images.shape) == (2, 64, 64, 3)
     auto = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0)
     assert auto.render_modes() == ("cpu", "cpu")  # no trainer on CUDA
+
+
+def test_the_fit_log_says_once_where_the_samples_are_made(
+    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said: list[str] = []
+    monkeypatch.setattr(datamodule, "rank_zero_info", said.append)
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0)
+    dm.setup("fit")
+    dm.train_dataloader(), dm.train_dataloader()  # Lightning builds it more than once
+    assert said == [
+        "lucid data: training samples painted in the loader workers (--data.render auto, "
+        "--data.decode auto); each source resized to the long side 64 as loaded (the authors' "
+        "rule); mosaic partners from the sample's own batch"
+    ]
+    dm.render = "device"  # with a decode of JPEGs at their size where it is asked for
+    assert "the GPU after the transfer, JPEGs already at their load size decoded by nvJPEG" in (
+        dm.pipeline_line()
+    )
 
 
 def _jpeg_scene(root: Path, n: int) -> list[Path]:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 
 from lucid_train.arg_types import ImageSide, NonNegativeInt, PositiveInt, check_image_side
@@ -166,6 +167,7 @@ class LucidDataModule(L.LightningDataModule):
         self.decode: Literal["auto", "cpu", "device"] = decode
         self.mosaic_pool: MosaicPool = mosaic_pool
         self.load_resize = load_resize
+        self._said = ""  # the last `pipeline_line` logged
         self.allow_empty = allow_empty
         self.ram: dict[str, RamImages] = {}  # by split key, filled in setup with cache="ram"
         self.close_mosaic_from: int | None = None
@@ -256,6 +258,30 @@ class LucidDataModule(L.LightningDataModule):
         device = getattr(strategy, "root_device", None)
         return isinstance(device, torch.device) and device.type == "cuda"
 
+    def pipeline_line(self) -> str:
+        """Where the training samples are made, in one line for the fit's log (the ``auto``
+        settings resolved)."""
+        render, decode = self.render_modes()
+        if render == "cpu":
+            where = "painted in the loader workers"
+        elif decode == "cpu":
+            where = "painted on the GPU after the transfer, decoded in the workers"
+        else:
+            jpegs = "JPEGs already at their load size" if self.load_resize else "JPEGs"
+            where = f"painted on the GPU after the transfer, {jpegs} decoded by nvJPEG"
+        resize = (
+            f"each source resized to the long side {self.img_size} as loaded (the authors' rule)"
+            if self.load_resize
+            else "each source resampled once (--data.load_resize false)"
+        )
+        pool = "the authors' buffer of recent images" if self.mosaic_pool == "buffer" else (
+            "the sample's own batch"
+        )  # fmt: skip
+        return (
+            f"lucid data: training samples {where} (--data.render {self.render}, --data.decode "
+            f"{self.decode}); {resize}; mosaic partners from {pool}"
+        )
+
     def render_modes(self) -> tuple[Literal["cpu", "device"], Literal["cpu", "device"]]:
         """``(render, decode)`` with ``auto`` resolved for the attached trainer."""
         render: Literal["cpu", "device"] = (
@@ -327,6 +353,10 @@ class LucidDataModule(L.LightningDataModule):
     def train_dataset(self) -> TrainDataset:
         index = self._index("train")
         render, decode = self.render_modes()
+        line = self.pipeline_line()
+        if line != self._said:  # once per fit's settings, not per loader Lightning builds
+            self._said = line
+            rank_zero_info(line)
         return TrainDataset(
             index.records,
             index.schema,
