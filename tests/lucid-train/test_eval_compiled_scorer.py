@@ -233,8 +233,8 @@ def test_one_ground_truth_index_scored_again_each_epoch_gives_pycocotools_number
     iou_types: tuple[IouType, IouType], scorer: Scorer
 ) -> None:
     """The fit builds a split's index once and hands it to every epoch's evaluators
-    (`YOLOModule._start_scoring`): each later epoch, with other detections, still scores as
-    pycocotools does on a fresh copy of the ground truth."""
+    (`lucid_train.tasks.validation.Scorers`): each later epoch, with other detections, still
+    scores as pycocotools does on a fresh copy of the ground truth."""
     rng = np.random.default_rng(12)
     kind: IouType = "segm" if "segm" in iou_types else "keypoints"
     doc = _ground_truth(rng, 5, kind)

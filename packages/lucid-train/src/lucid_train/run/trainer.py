@@ -40,6 +40,7 @@ from lucid_train.atomic_files import save_image
 from lucid_train.data.records import Task
 from lucid_train.report.metrics_log import RunCSVLogger
 from lucid_train.run.checkpoint_io import AtomicCheckpointIO
+from lucid_train.run.collector import FrozenHeap
 from lucid_train.run.last_checkpoint import LastCheckpoint
 from lucid_train.run.skipped_images import SkippedImages
 
@@ -289,6 +290,7 @@ def build_trainer(
 
         cbs.append(RunReport(run_dir))
     cbs.append(SkippedImages())  # corrupt training images met mid-epoch, counted
+    cbs.append(FrozenHeap())  # validation's result dicts set off no scan of the whole fit
     cbs.extend(callbacks)
     wants_bar = trainer_kwargs.get("enable_progress_bar", True) is not False
     if wants_bar and not any(isinstance(cb, ProgressBar) for cb in cbs):

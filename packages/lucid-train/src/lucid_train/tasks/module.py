@@ -24,7 +24,6 @@ rotated) mAP50-95 (assumptions.md T52). The EMA weights are swapped in for valid
 from __future__ import annotations
 
 import dataclasses
-import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -40,7 +39,6 @@ from lucid_models import Detections, ModelOutput, build_model, topk_decode
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
 from lucid_train.distributed import DataParallelStrategy, sum_over_ranks
-from lucid_train.evaluation.coco_eval import coco_from_dict
 from lucid_train.losses import DualLoss, LossTerms, PaddedTargets, o2m_weight, pad_targets
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.report.overlays import detections_to_numpy
@@ -48,7 +46,7 @@ from lucid_train.tasks.capacity import CAPTURE_CAPACITY, LossCapacity, print_onc
 from lucid_train.tasks.loss_log import TrainingLossLog
 from lucid_train.tasks.recipe import OptimizerConfig, OptimizerName
 from lucid_train.tasks.stepping import SteppingModule
-from lucid_train.tasks.validation import DecodeSettings, ValidationScorer, format_table
+from lucid_train.tasks.validation import DecodeSettings, Scorers, ValidationScorer, format_table
 from lucid_train.weights import WeightsReport, load_weights
 
 __all__ = [
@@ -216,8 +214,7 @@ class YOLOModule(SteppingModule):
             max_det=max_det, score_threshold=0.01 if self.task == "obb" else 0.001
         )
         self.scorer: ValidationScorer | None = None
-        # the split's ground truth and its scorer index, built at the first validation only
-        self._ground_truth_index: tuple[dict[str, Any], Any] | None = None
+        self._scorers = Scorers()  # each epoch's, the split's ground truth indexed once
         self.overlay_samples: list[OverlaySample] = []
         self.last_metrics: dict[str, float] = {}
         self.loss_log = TrainingLossLog()  # the training terms, logged when Lightning writes
@@ -364,18 +361,6 @@ class YOLOModule(SteppingModule):
             self.model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
             self.channels_last = True
 
-    def on_fit_start(self) -> None:
-        # What the fit has built by now (the model, the split's records, torch's and Lightning's
-        # own objects) lives to its end: frozen out of the cyclic collector, whose full passes
-        # otherwise scan all of it each time a validation's ~40,000 result dicts pile up
-        # (docs/benchmarks/epoch-overhead.md). `teardown` thaws it, so a later collection frees
-        # whatever of it a finished fit leaves in cycles.
-        gc.collect()
-        gc.freeze()
-
-    def teardown(self, stage: str) -> None:
-        gc.unfreeze()
-
     def on_train_start(self) -> None:
         self.finite_guard.reset()
         # Data parallel: the ranks agree on the flag at each step (assumptions.md T88).
@@ -425,16 +410,7 @@ class YOLOModule(SteppingModule):
 
     def _start_scoring(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None)
-        if dm is None or not hasattr(dm, "coco_ground_truth"):
-            raise RuntimeError("validation needs a LucidDataModule (its COCO ground truth)")
-        gt = None if self.task == "obb" else dm.coco_ground_truth(stage)
-        index = None
-        if gt is not None:
-            cached = self._ground_truth_index
-            if cached is None or cached[0] is not gt:  # another split, or the split read again
-                cached = self._ground_truth_index = (gt, coco_from_dict(gt))
-            index = cached[1]
-        self.scorer = ValidationScorer(self.task, dm.schema, gt, self.decode_settings, index=index)
+        self.scorer = self._scorers(self.task, dm, stage, self.decode_settings)
         self.overlay_samples = []
 
     def on_validation_epoch_start(self) -> None:

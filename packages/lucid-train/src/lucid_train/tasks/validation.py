@@ -22,11 +22,12 @@ from lucid_models.postprocessing import masks_on_source
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
 from lucid_train.evaluation import MultiDecodeEvaluator, RotatedEvaluator
-from lucid_train.evaluation.coco_eval import DEFAULT_SCORER, IouType, Scorer
+from lucid_train.evaluation.coco_eval import DEFAULT_SCORER, IouType, Scorer, coco_from_dict
 
 __all__ = [
     "DECODE_PATHS",
     "DecodeSettings",
+    "Scorers",
     "ValidationScorer",
     "decode_paths",
     "format_table",
@@ -230,3 +231,25 @@ def format_table(metrics: dict[str, float], images: int, instances: int) -> str:
             )
         rows.append(row)
     return "\n".join(rows)
+
+
+class Scorers:
+    """A fit's validation scorers: `ValidationScorer` for each validation (or test) epoch, with
+    the split's scorer index (`coco_from_dict`) built once for all of them, and again only for
+    another ground truth document (`LucidDataModule.coco_ground_truth` returns one per split;
+    assumptions.md T91)."""
+
+    def __init__(self) -> None:
+        self._doc: dict[str, Any] | None = None
+        self._index: Any = None
+
+    def __call__(
+        self, task: Task, datamodule: Any, stage: str, settings: DecodeSettings
+    ) -> ValidationScorer:
+        if datamodule is None or not hasattr(datamodule, "coco_ground_truth"):
+            raise RuntimeError("validation needs a LucidDataModule (its COCO ground truth)")
+        gt = None if task == "obb" else datamodule.coco_ground_truth(stage)
+        if gt is not None and gt is not self._doc:
+            self._doc, self._index = gt, coco_from_dict(gt)
+        index = None if gt is None else self._index
+        return ValidationScorer(task, datamodule.schema, gt, settings, index=index)
