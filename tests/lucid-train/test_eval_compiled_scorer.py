@@ -208,6 +208,19 @@ def test_both_scorers_agree_on_no_detections_and_reject_an_unknown_one() -> None
         CocoEvaluator(doc, CATEGORY_IDS, scorer="fast")  # type: ignore[arg-type]
 
 
+def _assert_paths_score_as_pycocotools(
+    rng: np.random.Generator, paths: MultiDecodeEvaluator, doc: dict[str, Any], kind: IouType
+) -> None:
+    """Random detections into both paths ``a`` and ``b``; each path and type scores as
+    pycocotools on its own."""
+    for path in ("a", "b"):
+        _add_detections(rng, paths[path], doc, kind)
+    for path, per_type in paths.compute().items():
+        for iou_type, ours in per_type.items():
+            stats, _ = _pycocotools(doc, paths[path].results(iou_type), iou_type)
+            np.testing.assert_allclose(list(ours.values()), stats, rtol=0, atol=TOLERANCE)
+
+
 @pytest.mark.parametrize("iou_types", [("bbox", "segm"), ("keypoints", "bbox")])
 def test_decode_paths_sharing_one_ground_truth_score_as_each_alone(
     iou_types: tuple[IouType, IouType],
@@ -219,12 +232,7 @@ def test_decode_paths_sharing_one_ground_truth_score_as_each_alone(
     doc = _ground_truth(rng, 5, kind)
     sigmas = SIGMAS if kind == "keypoints" else None
     paths = MultiDecodeEvaluator(("a", "b"), doc, CATEGORY_IDS, iou_types, sigmas)
-    for path in ("a", "b"):
-        _add_detections(rng, paths[path], doc, kind)
-    for path, per_type in paths.compute().items():
-        for iou_type, ours in per_type.items():
-            stats, _ = _pycocotools(doc, paths[path].results(iou_type), iou_type)
-            np.testing.assert_allclose(list(ours.values()), stats, rtol=0, atol=TOLERANCE)
+    _assert_paths_score_as_pycocotools(rng, paths, doc, kind)
 
 
 @pytest.mark.parametrize("scorer", ["faster", "pycocotools"])
@@ -245,9 +253,4 @@ def test_one_ground_truth_index_scored_again_each_epoch_gives_pycocotools_number
             ("a", "b"), doc, CATEGORY_IDS, iou_types, sigmas, scorer, index=index
         )
         assert all(paths[p].gt is index for p in ("a", "b"))
-        for path in ("a", "b"):
-            _add_detections(rng, paths[path], doc, kind)
-        for path, per_type in paths.compute().items():
-            for iou_type, ours in per_type.items():
-                stats, _ = _pycocotools(doc, paths[path].results(iou_type), iou_type)
-                np.testing.assert_allclose(list(ours.values()), stats, rtol=0, atol=TOLERANCE)
+        _assert_paths_score_as_pycocotools(rng, paths, doc, kind)
