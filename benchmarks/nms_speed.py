@@ -1,4 +1,4 @@
-"""Class-wise box NMS: lucid-models' own `batched_nms` against torchvision's kernel, per image.
+"""Class-wise box NMS: lucid-models' `batched_nms` and its two passes against torchvision's.
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/nms_speed.py --out OUT
 
@@ -7,7 +7,9 @@ objects as a detector's one-to-many branch gives them (several jittered boxes pe
 background boxes), scores distinct: both functions' kept indices are compared (the same boxes,
 in the same order, up to ``max_keep`` = 300 at IoU 0.7, the validation's settings), and each is
 timed as validation calls it (one image, the result's indices on the host: the decode pads them
-into a batch), median of ``--repeats`` calls. Writes ``OUT/nms-speed.json`` and prints a table.
+into a batch), median of ``--repeats`` calls: `batched_nms` as shipped, its own block pass alone
+(``KERNEL_MAX`` emptied), and torchvision's ``batched_nms``; the cases around
+``lucid_models.nms.KERNEL_MAX`` place that threshold. Writes ``OUT/nms-speed.json``.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from typing import Any
 import torch
 import torchvision
 
-from lucid_models import batched_nms
+from lucid_models import batched_nms, nms
 
 CASES = (  # (candidates, classes, objects): an untrained model's flood, a trained one's few
     (30_000, 80, 50),
     (8_400, 4, 20),
+    (6_000, 4, 20),
+    (4_000, 4, 20),
     (2_000, 4, 20),
     (300, 80, 10),
 )
@@ -58,6 +62,16 @@ def torchvision_nms(
     return torchvision.ops.batched_nms(boxes.float(), scores, labels, iou)[:keep]
 
 
+def blocks_nms(
+    boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, iou: float, keep: int
+) -> torch.Tensor:
+    shipped, nms.KERNEL_MAX = nms.KERNEL_MAX, {}
+    try:
+        return batched_nms(boxes, scores, labels, iou, keep)
+    finally:
+        nms.KERNEL_MAX = shipped
+
+
 def timed_ms(fn: Any, args: tuple[Any, ...], repeats: int) -> float:
     times = []
     for _ in range(repeats):
@@ -82,14 +96,17 @@ def main() -> None:
         call = (boxes, scores, labels, 0.7, 300)
         ours, theirs = batched_nms(*call).cpu(), torchvision_nms(*call).cpu()
         same = bool(torch.equal(ours, theirs))
-        for fn in (batched_nms, torchvision_nms):  # warm-up: kernels, allocator
+        blocks_same = bool(torch.equal(ours, blocks_nms(*call).cpu()))
+        for fn in (batched_nms, blocks_nms, torchvision_nms):  # warm-up: kernels, allocator
             fn(*call)
         row = {
             "candidates": n, "classes": classes, "objects": objects, "kept": len(ours),
             "same_boxes": same, "first_difference": None if same else int(
                 next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
                      min(len(ours), len(theirs)))),
+            "blocks_same_boxes": blocks_same,
             "lucid_ms": round(timed_ms(batched_nms, call, args.repeats), 3),
+            "lucid_blocks_ms": round(timed_ms(blocks_nms, call, args.repeats), 3),
             "torchvision_ms": round(timed_ms(torchvision_nms, call, args.repeats), 3),
         }  # fmt: skip
         rows.append(row)
@@ -98,6 +115,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
         "torch": torch.__version__, "torchvision": torchvision.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "repeats": args.repeats,
+        "kernel_max": nms.KERNEL_MAX,
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "nms-speed.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -1,4 +1,5 @@
-"""Greedy class-wise NMS against a naive per-box reference."""
+"""Greedy class-wise NMS against a naive per-box reference, through both of its passes
+(torchvision's kernel and our own block pass: `lucid_models.nms`), which keep the same boxes."""
 
 from __future__ import annotations
 
@@ -37,6 +38,20 @@ def _random_boxes(n: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
     return boxes, torch.rand(n, generator=g), torch.randint(0, 3, (n,), generator=g)
 
 
+PASSES = ("kernel", "blocks")
+
+
+@pytest.fixture(params=PASSES)
+def nms_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every call through one pass: torchvision's kernel (any candidate count) or ours."""
+    if request.param == "kernel":
+        pytest.importorskip("torchvision")
+        monkeypatch.setattr(nms, "KERNEL_MAX", {"cpu": 10**9, "cuda": 10**9})
+    else:
+        monkeypatch.setattr(nms, "KERNEL_MAX", {})
+    return str(request.param)
+
+
 def test_box_iou_matches_the_pairwise_reference() -> None:
     """Every entry of the IoU matrix equals the per-pair formula."""
     boxes, _, _ = _random_boxes(30, 1)
@@ -50,32 +65,83 @@ def test_box_iou_matches_the_pairwise_reference() -> None:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("threshold", [0.3, 0.7])
-def test_batched_nms_keeps_what_the_greedy_reference_keeps(seed: int, threshold: float) -> None:
+def test_batched_nms_keeps_what_the_greedy_reference_keeps(
+    seed: int, threshold: float, nms_pass: str
+) -> None:
     """Same kept indices, same order, for random boxes over three classes."""
     boxes, scores, labels = _random_boxes(200, seed)
     keep = batched_nms(boxes, scores, labels, threshold)
     assert keep.tolist() == _naive_nms(boxes, scores, labels, threshold)
 
 
-def test_max_keep_truncates_to_the_first_kept_boxes() -> None:
+def test_max_keep_truncates_to_the_first_kept_boxes(nms_pass: str) -> None:
     """Stopping early returns a prefix of the unbounded result."""
     boxes, scores, labels = _random_boxes(200, 3)
     full = batched_nms(boxes, scores, labels, 0.5)
     assert batched_nms(boxes, scores, labels, 0.5, max_keep=7).tolist() == full[:7].tolist()
 
 
-def test_empty_input_gives_empty_keep() -> None:
+def test_empty_input_gives_empty_keep(nms_pass: str) -> None:
     """No boxes, no indices, int64."""
     keep = batched_nms(torch.zeros(0, 4), torch.zeros(0), torch.zeros(0, dtype=torch.long), 0.5)
     assert keep.shape == (0,)
     assert keep.dtype == torch.long
 
 
-def test_tied_scores_keep_the_lower_index() -> None:
+def test_tied_scores_keep_the_lower_index(nms_pass: str) -> None:
     """Two identical boxes with equal scores: the first one is kept, on every device."""
     boxes = torch.tensor([[0.0, 0.0, 10.0, 10.0]] * 2)
     keep = batched_nms(boxes, torch.tensor([0.5, 0.5]), torch.tensor([0, 0]), 0.5)
     assert keep.tolist() == [0]
+
+
+def _validation_scene(n: int, classes: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """What NMS gets in validation: boxes jittered around a few objects (heavy overlap), the
+    rest anywhere, scores with ties (fp16 logits' sigmoids repeat), many classes."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.rand(12, 2, generator=g) * 300
+    pick = torch.randint(0, 12, (n,), generator=g)
+    xy = centres[pick] + torch.randn(n, 2, generator=g) * 4
+    wh = torch.rand(12, 2, generator=g)[pick] * 60 + 4 + torch.randn(n, 2, generator=g)
+    boxes = torch.cat((xy, xy + wh.clamp(min=0.5)), 1)
+    scores = (torch.rand(n, generator=g) * 64).floor() / 64  # 64 distinct values: many ties
+    return boxes, scores, torch.randint(0, classes, (n,), generator=g)
+
+
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("classes", [1, 80])
+def test_the_kernel_and_the_block_pass_keep_the_same_boxes_in_the_same_order(
+    seed: int, classes: int, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dense clusters, tied scores, 300 kept at IoU 0.7 (validation's settings); and a scene
+    with inverted boxes, which the kernel would score otherwise, goes to the block pass. On
+    CUDA the kernel's own sort is not stable: the ranks it is given keep the tie order."""
+    pytest.importorskip("torchvision")
+    boxes, scores, labels = (t.to(device) for t in _validation_scene(3000, classes, seed))
+    inverted = boxes.clone()
+    inverted[::7, 2] = inverted[::7, 0] - 5
+    kept = {}
+    for name, limit in (("kernel", 10**9), ("blocks", 0)):
+        monkeypatch.setattr(nms, "KERNEL_MAX", {"cpu": limit, "cuda": limit})
+        kept[name] = (
+            batched_nms(boxes, scores, labels, 0.7, max_keep=300).tolist(),
+            batched_nms(inverted, scores, labels, 0.5).tolist(),
+        )
+    assert len(kept["blocks"][0]) > 100  # a scene where NMS has work to do
+    assert kept["kernel"] == kept["blocks"]
 
 
 @pytest.mark.parametrize("block", [7, 64])
@@ -85,6 +151,7 @@ def test_blocks_of_the_greedy_pass_keep_what_one_pass_keeps(
     """The host pass runs block by block; boxes kept in earlier blocks suppress later ones,
     and ``max_keep`` stops inside a block: the same indices as the reference either way."""
     monkeypatch.setattr(nms, "_BLOCK", block)
+    monkeypatch.setattr(nms, "KERNEL_MAX", {})
     boxes, scores, labels = _random_boxes(200, 4)
     reference = _naive_nms(boxes, scores, labels, 0.4)
     assert batched_nms(boxes, scores, labels, 0.4).tolist() == reference

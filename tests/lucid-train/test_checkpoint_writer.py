@@ -72,6 +72,33 @@ def test_writes_land_in_call_order(tmp_path: Path) -> None:
     io.teardown()
 
 
+def test_a_save_queues_behind_the_write_in_progress_and_waits_only_beyond_the_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An epoch's best.ckpt and the next epoch's last.ckpt: the second does not wait for the
+    first; a third save waits for the oldest (at most `QUEUED` staged copies)."""
+    assert checkpoint_io.QUEUED == 2
+    gate = threading.Event()
+    monkeypatch.setattr(checkpoint_io, "_write", _slow_write(gate))
+    io = AtomicCheckpointIO(background=True, process=False)
+    start = time.perf_counter()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "best.ckpt")
+    io.save_checkpoint({"epoch": 2}, tmp_path / "last.ckpt")
+    assert time.perf_counter() - start < 1.0  # queued, not waited for
+    third = threading.Thread(target=io.save_checkpoint, args=({"epoch": 3}, tmp_path / "c.ckpt"))
+    third.start()
+    third.join(0.5)
+    assert third.is_alive()  # the queue is full until the first write lands
+    gate.set()
+    third.join(10)
+    assert not third.is_alive()
+    io.wait()
+    assert [
+        io.load_checkpoint(tmp_path / n)["epoch"] for n in ("best.ckpt", "last.ckpt", "c.ckpt")
+    ] == [1, 2, 3]
+    io.teardown()
+
+
 def test_a_failed_background_write_is_raised_naming_the_file_and_keeps_the_previous_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,11 +184,13 @@ def test_a_save_of_the_same_tensors_follows_the_last_plan_and_holds_their_values
 
 
 @pytest.mark.parametrize("change", ["replaced", "reshaped", "added", "dropped"])
-def test_a_save_whose_tensors_are_not_the_plans_is_packed_afresh(
+def test_a_save_with_a_few_tensors_not_in_the_plan_follows_it_and_copies_those_alone(
     tmp_path: Path, change: str
 ) -> None:
+    """A new best score, a fresh scalar of a callback: the rest of the save is still packed by
+    the plan, and every tensor holds its own values."""
     io = AtomicCheckpointIO(background=True, process=False)
-    tensors = {"a": torch.ones(3), "b": torch.full((2, 2), 2.0)}
+    tensors = {"a": torch.ones(3), "b": torch.full((2, 2), 2.0), "c": torch.arange(4.0)}
     io.save_checkpoint({"s": dict(tensors)}, tmp_path / "a.ckpt")
     plan = io._plan
     if change == "replaced":  # same shape, new storage (an assigned parameter)
@@ -169,9 +198,32 @@ def test_a_save_whose_tensors_are_not_the_plans_is_packed_afresh(
     elif change == "reshaped":  # same storage, another view
         tensors["b"] = tensors["b"].view(4)
     elif change == "added":
-        tensors["c"] = torch.zeros(1)
+        tensors["d"] = torch.zeros(1)
     else:
         del tensors["b"]
+    io.save_checkpoint({"s": dict(tensors)}, tmp_path / "b.ckpt")
+    assert io._plan is plan
+    io.wait()
+    saved = io.load_checkpoint(tmp_path / "b.ckpt")["s"]
+    assert saved.keys() == tensors.keys()
+    for name, t in tensors.items():
+        assert torch.equal(saved[name], t) and saved[name].shape == t.shape
+    io.teardown()
+
+
+@pytest.mark.parametrize("change", ["replaced", "dropped"])
+def test_a_save_whose_tensors_are_mostly_not_the_plans_is_packed_afresh(
+    tmp_path: Path, change: str
+) -> None:
+    io = AtomicCheckpointIO(background=True, process=False)
+    n = checkpoint_io.PLAN_SLACK + 2
+    tensors = {f"t{i}": torch.full((3,), float(i)) for i in range(n)}
+    io.save_checkpoint({"s": dict(tensors)}, tmp_path / "a.ckpt")
+    plan = io._plan
+    if change == "replaced":
+        tensors = {name: t + 1 for name, t in tensors.items()}
+    else:
+        tensors = {"t0": tensors["t0"]}
     io.save_checkpoint({"s": dict(tensors)}, tmp_path / "b.ckpt")
     assert io._plan is not plan
     io.wait()
@@ -206,7 +258,7 @@ def test_a_held_write_starts_only_at_release_and_any_wait_releases_it(tmp_path: 
     assert (tmp_path / "a.ckpt").exists()
     io.hold_next()
     io.save_checkpoint({"epoch": 2}, tmp_path / "b.ckpt")
-    io.save_checkpoint({"epoch": 3}, tmp_path / "c.ckpt")  # its wait releases b; c is not held
+    io.save_checkpoint({"epoch": 3}, tmp_path / "c.ckpt")  # this save releases b; c is not held
     io._settle()
     assert (tmp_path / "b.ckpt").exists() and (tmp_path / "c.ckpt").exists()
     io.teardown()

@@ -1,22 +1,46 @@
-"""Non-maximum suppression in plain torch (torchvision is not a dependency).
+"""Non-maximum suppression (torchvision's kernel where it is installed and faster, else torch).
 
 :func:`batched_nms` keeps, in descending score order, every box whose IoU with each higher-scored
 kept box *of the same class* is at most the threshold. :func:`rotated_fast_nms` is the authors'
 NMS of rotated boxes: Fast-NMS by ProbIoU, where a box is dropped when any higher-scored box of
 its class overlaps it, kept or not. Ties in score keep the lower input index first (a stable
 sort), on every device.
+
+Two passes compute `batched_nms`, both greedy over the same class-shifted boxes in the same
+order, and keep the same boxes (`benchmarks/nms_speed.py`; `tests/lucid-models/test_nms.py`):
+torchvision's ``nms`` kernel, given each box's rank for its score so that its own sort keeps
+our stable order, and a pass of our own over block clash matrices that stops at ``max_keep``.
+Torchvision's cost grows with the candidates (it suppresses over all of them), ours is flat, so
+the kernel takes up to `KERNEL_MAX` candidates (a trained model's few above the score floor)
+and ours an untrained model's flood (docs/benchmarks/nms-speed.md). lucid-models depends on
+torch alone: without torchvision, ours takes every call.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
 
 import torch
 from torch import Tensor
 
 from lucid_models.probiou import probiou
 
-__all__ = ["batched_nms", "box_iou", "rotated_fast_nms"]
+__all__ = ["KERNEL_MAX", "batched_nms", "box_iou", "rotated_fast_nms"]
 
 _BLOCK = 256  # boxes compared with each other at once (a block x block IoU matrix)
+# Candidates up to which torchvision's kernel is the faster pass, by device type (H200 and the
+# 2-core CPU machine, docs/benchmarks/nms-speed.md).
+KERNEL_MAX = {"cuda": 8_400, "cpu": 1_000}
+
+
+@cache
+def _kernel() -> Callable[[Tensor, Tensor, float], Tensor] | None:
+    try:
+        from torchvision.ops import nms
+    except ImportError:  # torchvision is not a dependency of lucid-models
+        return None
+    return nms  # type: ignore[no-any-return]
 
 
 def box_iou(boxes1: Tensor, boxes2: Tensor) -> Tensor:
@@ -61,6 +85,16 @@ def batched_nms(
     # Shift each class to its own region of the plane so one IoU pass is class-wise.
     span = sorted_boxes.max() - sorted_boxes.min() + 1
     sorted_boxes = sorted_boxes + (labels[order].to(sorted_boxes) * span)[:, None]
+    kernel = _kernel()
+    if (
+        kernel is not None
+        and len(order) <= KERNEL_MAX.get(boxes.device.type, 0)
+        # finite and not inverted: where the kernel's IoU (unclamped areas, NaN kept) is ours
+        and bool(torch.isfinite(span) & (sorted_boxes[:, 2:] >= sorted_boxes[:, :2]).all())
+    ):
+        # ranks as scores: distinct, so the kernel's own (unstable) sort keeps our order
+        rank = torch.arange(len(order), 0, -1, dtype=torch.float32, device=boxes.device)
+        return order[kernel(sorted_boxes, rank, float(iou_threshold))[:limit]]
     # The greedy pass runs on the host over each block's clash matrix, fetched in one transfer:
     # a device loop would wait on the device twice per kept box (hundreds per image).
     kept: list[int] = []  # positions in score order

@@ -20,10 +20,12 @@ host wait: it queues no device work, and recordings capture in ``thread_local`` 
 packs to the writer process (`lucid_train.run.checkpoint_process`), which rebuilds each tensor with
 its strides, pickles, writes and flushes: pickled on a thread, the checkpoint held the interpreter
 lock for about as long as the pickling took, and the training thread stalled that long. Writes stay
-in call order (one in flight; the next save, a removal or a read waits for it); a fork waits for a
-write in flight (the loader's workers are forked); a failed write is raised on the training thread
-at the next `wait` (`LastCheckpoint` waits at the epoch's end, `teardown` at the fit's end), naming
-the file.
+in call order, at most `QUEUED` of them staged at once: a save queues behind the one being written
+and waits only for writes beyond that, so an epoch's two saves (``best.ckpt`` at its end,
+``last.ckpt`` at the next start) no longer make the second wait for the first on a short epoch;
+a removal or a read waits for every write queued. A fork waits for the writes queued (the loader's
+workers are forked); a failed write is raised on the training thread at the next `wait` or save
+beyond the queue (`teardown` waits at the fit's end), naming the file.
 
 Reading (resume with ``ckpt_path``) goes through
 `lucid_train.weights.checkpoint_file.load_checkpoint_file`: ``weights_only=True`` whatever the
@@ -36,6 +38,7 @@ import os
 import threading
 import warnings
 import weakref
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -55,7 +58,11 @@ from lucid_train.run.checkpoint_process import (
 )
 from lucid_train.weights.checkpoint_file import load_checkpoint_file
 
-__all__ = ["AtomicCheckpointIO", "CheckpointWriteError", "host_snapshot"]
+__all__ = ["QUEUED", "AtomicCheckpointIO", "CheckpointWriteError", "host_snapshot"]
+
+# Staged checkpoints at once: the one being written and the next. Each holds a pinned host copy
+# of the checkpoint's tensors (51 MB for yolo26n), so the queue is bounded.
+QUEUED = 2
 
 
 class CheckpointWriteError(LucidError, RuntimeError):
@@ -67,6 +74,11 @@ def host_snapshot(obj: Any) -> Any:
     every dict, list and tuple (named ones too) rebuilt, so that training may go on changing
     the originals. Waits for the device's copies; `_Staged` alone does not."""
     return _Staged(obj).result()
+
+
+def _copy_alone(t: torch.Tensor) -> torch.Tensor:
+    """A host copy of ``t``'s values now (a blocking transfer for a device tensor)."""
+    return t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
 
 
 def _memory_image(t: torch.Tensor) -> torch.Tensor | None:
@@ -99,12 +111,13 @@ class _Plan:
     tensors every epoch (parameters, buffers, optimizer and EMA state, all updated in place),
     and finding each one's group and memory image again cost about 30 µs a tensor on the
     training thread, 75 ms for yolo26n's 2,514 with the GPU idle at every epoch start (GPU
-    profile of 2026-12-02, `docs/benchmarks/peer-speed.md`). A save matches the plan when its
-    tensors, in walk order, lie exactly where the plan's did; the plan's memory images hold
+    profile of 2026-12-02, `docs/benchmarks/peer-speed.md`). A save follows the plan when all
+    but `PLAN_SLACK` of its tensors lie exactly where one of the plan's did (a new best score,
+    the callbacks' few fresh tensors: those are copied alone); the plan's memory images hold
     those storages alive, so an equal address is the same memory, never a reuse of freed
     memory by another tensor."""
 
-    __slots__ = ("groups", "keys", "members", "slots")
+    __slots__ = ("at", "groups", "keys", "members", "slots")
 
     def __init__(
         self,
@@ -114,6 +127,12 @@ class _Plan:
         members: list[list[torch.Tensor]],
     ) -> None:
         self.keys, self.slots, self.groups, self.members = keys, slots, groups, members
+        self.at = {key: n for n, key in enumerate(keys)}
+
+
+# Tensors of a save that may differ from its plan's (copied alone, each a blocking copy) before
+# the save is packed afresh: a checkpoint's scalars made anew each epoch (the best score).
+PLAN_SLACK = 16
 
 
 class _PlanMissedError(Exception):
@@ -160,24 +179,29 @@ class _Staged:
         self._members, self._keys, self._slots = [], [], []  # only the plan keeps device views
 
     def _follow(self, obj: Any, plan: _Plan) -> Any:
-        """``obj``'s template with the plan's slots, or `_MISSED` if its tensors are not the
-        plan's."""
-        keys, slots, n = plan.keys, plan.slots, 0
+        """``obj``'s template with the plan's slots (tensors not in the plan copied alone), or
+        `_MISSED` if more than `PLAN_SLACK` of its or the plan's tensors are not in the other."""
+        used: set[int] = set()
+        alone = 0
 
         def leaf(value: Any) -> Any:
-            nonlocal n
+            nonlocal alone
             if not isinstance(value, torch.Tensor):
                 return value
-            if n >= len(keys) or _key(value) != keys[n]:
-                raise _PlanMissedError
-            n += 1
-            return slots[n - 1]
+            n = plan.at.get(_key(value))  # type: ignore[arg-type]
+            if n is None or n in used:
+                alone += 1
+                if alone > PLAN_SLACK:
+                    raise _PlanMissedError
+                return _copy_alone(value.detach())
+            used.add(n)
+            return plan.slots[n]
 
         try:
             template = map_leaves(obj, leaf)
         except _PlanMissedError:
             return _MISSED
-        return template if n == len(keys) else _MISSED
+        return template if alone + len(plan.keys) - len(used) <= PLAN_SLACK else _MISSED
 
     def _take(self, obj: Any) -> Any:
         if not isinstance(obj, torch.Tensor):
@@ -187,7 +211,7 @@ class _Staged:
         image = _memory_image(t) if key is not None else None
         if image is None or key is None:  # an odd layout (none in a lucid fit): copied alone
             self._odd = True
-            return t.clone() if t.device.type == "cpu" else t.to("cpu", copy=True)
+            return _copy_alone(t)
         g = self._groups.setdefault((t.device, t.dtype), len(self._groups))
         if g == len(self._members):
             self._members.append([])
@@ -227,6 +251,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork)
 
 
+def _raise_write_error(error: BaseException, path: Path) -> None:
+    full = str(error).partition("DiskFullError: ")[2]  # here, or the writer's answer
+    if isinstance(error, DiskFullError) or full:
+        raise CheckpointWriteError(full or str(error)) from error
+    raise CheckpointWriteError(
+        f"writing checkpoint {path} failed: {type(error).__name__}: {error}; the file "
+        "keeps its previous version (free disk space or pick another --run.root)"
+    ) from error
+
+
 def _write(checkpoint: dict[str, Any], path: Path) -> None:
     with atomic_path(path) as tmp:
         torch.save(checkpoint, tmp)
@@ -251,7 +285,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.process = process
         self._writer: WriterProcess | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._pending: tuple[Future[None], Path, threading.Event] | None = None
+        self._pending: deque[tuple[Future[None], Path, threading.Event]] = deque()
         self._hold = False
         self._lock = threading.Lock()
         self._plan: _Plan | None = None  # how the last save packed its tensors (`_Plan`)
@@ -274,7 +308,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError("AtomicCheckpointIO.save_checkpoint takes no storage_options")
         with self._lock:
             hold, self._hold = self._hold, False
-        self.wait()
+        self.release()  # a held write goes ahead of this one
+        self._wait(keep=QUEUED - 1)
         target = Path(path)
         if not self.background:
             _write(checkpoint, target)
@@ -289,7 +324,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="lucid-checkpoint")
             future = self._executor.submit(self._write_staged, staged, target, go)
-            self._pending = (future, target, go)
+            self._pending.append((future, target, go))
 
     def start_writer(self) -> None:
         """Start the writer process now if background writes use one (`LastCheckpoint` does at
@@ -334,34 +369,36 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         """Let a held write start (and forget a hold that no save took)."""
         with self._lock:
             self._hold = False
-            if self._pending is not None:
-                self._pending[2].set()
+            for _, _, go in self._pending:
+                go.set()
 
     def wait(self) -> None:
-        """Block until the write in flight (if any) is on the disk; raise its error, naming the
-        file, if it failed."""
+        """Block until every write queued is on the disk; raise the first error, naming its
+        file, if one failed."""
         self.release()
-        with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        future, path, _ = pending
-        error = future.exception()
-        if error is not None:
-            full = str(error).partition("DiskFullError: ")[2]  # here, or the writer's answer
-            if isinstance(error, DiskFullError) or full:
-                raise CheckpointWriteError(full or str(error)) from error
-            raise CheckpointWriteError(
-                f"writing checkpoint {path} failed: {type(error).__name__}: {error}; the file "
-                "keeps its previous version (free disk space or pick another --run.root)"
-            ) from error
+        self._wait(keep=0)
+
+    def _wait(self, keep: int) -> None:
+        """Wait for the oldest writes until at most ``keep`` are queued; the first of them that
+        failed is raised (after the others waited for have finished)."""
+        first: tuple[BaseException, Path] | None = None
+        while True:
+            with self._lock:
+                if len(self._pending) <= keep:
+                    break
+                future, path, _ = self._pending.popleft()
+            error = future.exception()
+            if error is not None and first is None:
+                first = (error, path)
+        if first is not None:
+            _raise_write_error(*first)
 
     def _settle(self) -> None:
         with self._lock:
-            pending = self._pending
-        if pending is not None:
-            pending[2].set()
-            pending[0].exception()  # waits; the error stays for `wait`
+            pending = list(self._pending)
+        for future, _, go in pending:
+            go.set()
+            future.exception()  # waits; the error stays for `wait`
 
     def remove_checkpoint(self, path: _PATH) -> None:
         self.wait()

@@ -188,10 +188,10 @@ class SteppingModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self._window_open():
+            # not cloned: the checkpoint IO copies them at the call (`AtomicCheckpointIO`), and
+            # a replayed fit's gradients stay where the writer's plan found them last time
             checkpoint[PENDING_GRADIENTS_KEY] = {
-                name: p.grad.detach().clone()
-                for name, p in self.named_parameters()
-                if p.grad is not None
+                name: p.grad.detach() for name, p in self.named_parameters() if p.grad is not None
             }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
