@@ -211,6 +211,22 @@ def test_a_save_with_a_few_tensors_not_in_the_plan_follows_it_and_copies_those_a
     io.teardown()
 
 
+def test_a_tensor_saved_under_many_names_keeps_following_the_plan(tmp_path: Path) -> None:
+    """Tied weights: one tensor under several keys holds one slot a name, save after save."""
+    io = AtomicCheckpointIO(background=True, process=False)
+    tied = torch.arange(5.0)
+    names = [f"w{i}" for i in range(checkpoint_io.PLAN_SLACK + 2)]
+    io.save_checkpoint({"s": dict.fromkeys(names, tied)}, tmp_path / "a.ckpt")
+    plan = io._plan
+    tied.mul_(2)
+    io.save_checkpoint({"s": dict.fromkeys(names, tied)}, tmp_path / "b.ckpt")
+    assert io._plan is plan
+    io.wait()
+    saved = io.load_checkpoint(tmp_path / "b.ckpt")["s"]
+    assert saved.keys() == set(names) and all(torch.equal(t, tied) for t in saved.values())
+    io.teardown()
+
+
 @pytest.mark.parametrize("change", ["replaced", "dropped"])
 def test_a_save_whose_tensors_are_mostly_not_the_plans_is_packed_afresh(
     tmp_path: Path, change: str

@@ -127,7 +127,9 @@ class _Plan:
         members: list[list[torch.Tensor]],
     ) -> None:
         self.keys, self.slots, self.groups, self.members = keys, slots, groups, members
-        self.at = {key: n for n, key in enumerate(keys)}
+        self.at: dict[TensorKey, list[int]] = {}  # a tensor saved twice (tied) has two slots
+        for n, key in enumerate(keys):
+            self.at.setdefault(key, []).append(n)
 
 
 # Tensors of a save that may differ from its plan's (copied alone, each a blocking copy) before
@@ -188,8 +190,9 @@ class _Staged:
             nonlocal alone
             if not isinstance(value, torch.Tensor):
                 return value
-            n = plan.at.get(_key(value))  # type: ignore[arg-type]
-            if n is None or n in used:
+            key = _key(value)
+            n = next((n for n in plan.at.get(key, ()) if n not in used), None) if key else None
+            if n is None:
                 alone += 1
                 if alone > PLAN_SLACK:
                     raise _PlanMissedError
