@@ -29,8 +29,6 @@ import threading
 import time
 from pathlib import Path
 
-from epoch_overhead import phases as epoch_phases
-
 TOP = 40  # functions listed per phase
 
 
@@ -47,15 +45,15 @@ def sample(interval: float, rows: list[tuple[float, str]], stop: threading.Event
 
 def windows(marks: list[dict[str, float]], start: float) -> dict[str, list[tuple[float, float]]]:
     """``{"launch": [...], "train": [...], "validate": [...], "between": [...]}`` spans in Unix
-    seconds (the epoch phases after the first epoch, as `epoch_overhead.medians` counts them)."""
+    seconds: the phases of `epoch_overhead.phases`, over the epochs after the first (as its
+    medians count them), and the launch from ``start`` to the first batch."""
     spans = {m["epoch"]: m for m in marks if "start" in m}
     validated = {m["epoch"]: m["validated"] for m in marks if "validated" in m}
     out: dict[str, list[tuple[float, float]]] = {
         "launch": [(start, spans[0]["start"])] if 0 in spans else [],
         "train": [], "validate": [], "between": [],
     }  # fmt: skip
-    for row in epoch_phases(marks):
-        e = row["epoch"]
+    for e in sorted(spans):
         if e == 0:
             continue
         out["train"].append((spans[e]["start"], spans[e]["end"]))
@@ -80,11 +78,13 @@ def table(rows: list[tuple[float, str]], marks: list[dict[str, float]], start: f
             on_stack.update(set(frames))
             leaves[frames[-1]] += 1
         n = len(inside)
+        ranked = sorted(on_stack.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP]  # ties by name
+        innermost = sorted(leaves.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
         lines += [f"## {name}: {len(spans)} span(s), {each:.3f} s each, {n} samples", "",
                   "| on the stack | function |", "| --- | --- |"]  # fmt: skip
-        lines += [f"| {v / n:.1%} | `{k}` |" for k, v in on_stack.most_common(TOP) if v < n]
+        lines += [f"| {v / n:.1%} | `{k}` |" for k, v in ranked if v < n]
         lines += ["", "Innermost: " + ", ".join(
-            f"`{k}` {v / n:.0%}" for k, v in leaves.most_common(10)), ""]  # fmt: skip
+            f"`{k}` {v / n:.0%}" for k, v in innermost), ""]  # fmt: skip
     return "\n".join(lines)
 
 
