@@ -144,7 +144,9 @@ def test_replay_matches_eager_across_precision_accumulation_and_partial_batches(
 
 
 @pytest.mark.parametrize("precision", sorted(PRECISIONS))
-@pytest.mark.parametrize("model_name", ["convbn", "dropout", "two_outputs", "custom_backward"])
+@pytest.mark.parametrize(
+    "model_name", ["convbn", "dropout", "attention_dropout", "two_outputs", "custom_backward"]
+)
 def test_replay_matches_eager_for_generic_models(model_name: str, precision: str) -> None:
     eager, _ = train(model_name, capture=False, precision=precision, accumulate=2)
     replay, recorder = train(model_name, capture=True, precision=precision, accumulate=2)
@@ -230,6 +232,14 @@ def test_a_backward_that_cannot_be_recorded_finishes_eagerly_and_the_fit_goes_on
     # The failed capture must not leave the CUDA generator marked as capturing: the process's
     # next random op outside a graph would raise "Offset increment outside graph capture".
     assert torch.randn(4, device="cuda").isfinite().all()
+
+
+def test_a_backward_that_cannot_be_recorded_over_attention_dropout_raises_and_names_why() -> None:
+    """Finishing that backward eagerly over the captured forward would make PyTorch's
+    memory-efficient attention read its device-kept dropout seed on the host, a SIGSEGV: the
+    recorder refuses with an error that names the kernel instead."""
+    with pytest.raises(RuntimeError, match=r"cannot finish eagerly.*memory-efficient attention"):
+        train("host_checked_attention", capture=True)
 
 
 def test_fp16_overflow_step_is_skipped_and_recovers_like_eager() -> None:

@@ -48,6 +48,28 @@ class DropoutNet(nn.Module):
         return self.body(x)
 
 
+class AttentionDropoutNet(nn.Module):
+    """Self-attention with dropout on PyTorch's memory-efficient kernel (pinned: float32 takes it
+    unpinned too), whose backward reads the dropout seed its forward saved: a host scalar in
+    eager, a device tensor under capture. 32 tokens: one key block, so its backward is
+    deterministic (more blocks may be split and summed with atomics)."""
+
+    def __init__(self, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.out = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+            a = F.scaled_dot_product_attention(q, k, v, dropout_p=0.2 if self.training else 0.0)
+        return self.out(a.transpose(1, 2).reshape(b, t, c))
+
+
 @dataclass
 class TwoOutputs:
     main: torch.Tensor
@@ -122,6 +144,15 @@ class HostCheckedNet(nn.Module):
         return self.outer(_CheckedOnHost.apply(torch.tanh(self.inner(x))))
 
 
+class HostCheckedAttentionNet(AttentionDropoutNet):
+    """``AttentionDropoutNet`` with ``_CheckedOnHost`` after the attention: its backward cannot
+    be recorded, and finishing it eagerly over the captured forward would read a device seed on
+    the host."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _CheckedOnHost.apply(super().forward(x))
+
+
 class FlatHeadNet(nn.Module):
     """A detection-style head: a biased conv whose output leaves as the transposed view
     ``(B, H*W, C)``. A loss that reshapes it hands back a gradient whose strides differ from the
@@ -154,11 +185,13 @@ MODELS: dict[str, Callable[[], nn.Module]] = {
     "convbn": lambda: ConvBNNet(attention=False),
     "convbn_attention": lambda: ConvBNNet(attention=True),
     "dropout": DropoutNet,
+    "attention_dropout": AttentionDropoutNet,
     "two_outputs": TwoOutputNet,
     "custom_backward": CustomBackwardNet,
     "flat_head": FlatHeadNet,
     "offset_head": OffsetHeadNet,
     "host_checked": HostCheckedNet,
+    "host_checked_attention": HostCheckedAttentionNet,
 }
 
 
@@ -167,6 +200,8 @@ def batches(model: str, sizes: Sequence[int], seed: int = 0, hw: int = 32) -> li
     g = torch.Generator().manual_seed(seed)
     if model.startswith("convbn") or model.endswith("_head"):
         return [torch.randn(n, 3, hw, hw, generator=g) for n in sizes]
+    if model.endswith("attention") or model == "attention_dropout":
+        return [torch.randn(n, 32, 32, generator=g) for n in sizes]
     width = 32 if model == "dropout" else 16
     return [torch.randn(n, width, generator=g) for n in sizes]
 

@@ -17,6 +17,12 @@ The procedure holds the capture rules that concern *making* a recording:
 - **Reach (rule 6).** For each differentiable output, the set of gradient targets it reaches is
   measured in warm-up, so a backward in which the loss left an output unread can hand back ``None``
   exactly where eager autograd would, instead of the graph's zeros.
+- **Seeds kept on the device.** PyTorch's memory-efficient attention saves its dropout seed and
+  offset for the backward as host scalars in eager and as device tensors under capture, and its
+  backward dereferences them on the host unless it is itself being captured. A backward run
+  eagerly over a captured forward then reads a device address on the host (a SIGSEGV, not an
+  error). Such a recording warms each backward layout up on a fresh eager forward instead
+  (state restored as in warm-up), and refuses to finish a backward eagerly over its graph.
 - **Gradient layout (rule 9).** The backward is recorded at the first backward, not with the
   forward, and once per layout of the incoming gradients: a static gradient buffer takes the
   strides of the gradient the consumer actually hands over. Eager autograd passes that gradient on
@@ -85,6 +91,9 @@ class Recording:
     pool: Any
     stream: torch.cuda.Stream
     generators: tuple[torch.Generator, ...] = ()
+    # Set when the captured forward holds a kernel whose backward cannot run eagerly over it
+    # (device_seeded_nodes): runs one eager forward and backward with the given gradients.
+    fresh_warmup: Callable[[Sequence[torch.Tensor]], None] | None = None
     backwards: dict[GradLayout, Backward] = field(default_factory=dict)
     generation: int = 0  # replays so far; a backward must belong to the latest
 
@@ -105,6 +114,7 @@ class Recording:
         self.graph_outputs.clear()
         self.target_tensors.clear()
         self.params = ()
+        self.fresh_warmup = None
 
 
 def forward_context(signature: CallSignature) -> contextlib.AbstractContextManager[Any]:
@@ -273,6 +283,22 @@ def record(
                 differentiable = []
         torch.cuda.synchronize(device)
 
+    def warm_on_a_fresh_forward(grads: Sequence[torch.Tensor]) -> None:
+        # Called from inside a replayed backward, where grad mode is off.
+        with (
+            preserved_state(buffers, device, generators),
+            torch.cuda.stream(stream),
+            torch.enable_grad(),
+        ):
+            fresh, _ = run_forward()
+            with backward_context(signature):
+                torch.autograd.grad(
+                    [fresh[i] for i in differentiable], target_tensors, list(grads),
+                    allow_unused=True,
+                )  # fmt: skip
+
+    seeded = device_seeded_nodes([outs[i] for i in differentiable])
+
     if differentiable and len(reach) != len(differentiable):
         reach = [frozenset(range(len(targets)))] * len(differentiable)
     return Recording(
@@ -292,6 +318,7 @@ def record(
         pool=pool,
         stream=stream,
         generators=generators,
+        fresh_warmup=warm_on_a_fresh_forward if seeded else None,
     )
 
 
@@ -336,8 +363,11 @@ def record_backward(rec: Recording, grads: Sequence[torch.Tensor | None]) -> Bac
     with _gc_held(), torch.cuda.device(device):
         # One eager pass in this layout first: kernels that pick an algorithm or allocate a
         # workspace on first use (cuDNN, cuBLAS) must not do so under capture.
-        with torch.cuda.stream(rec.stream), backward_context(rec.signature):
-            _retained_grad(rec, rec.graph_outputs, views)
+        if rec.fresh_warmup is not None:
+            rec.fresh_warmup(views)
+        else:
+            with torch.cuda.stream(rec.stream), backward_context(rec.signature):
+                _retained_grad(rec, rec.graph_outputs, views)
         torch.cuda.synchronize(device)
         with (
             _captured(graph, rec.pool, rec.stream, rec.generators),
@@ -360,6 +390,14 @@ def eager_backward(
     result: list[torch.Tensor | None] = [None] * (len(rec.tensor_positions) + len(rec.params))
     if not read:
         return result
+    if rec.fresh_warmup is not None:
+        raise RuntimeError(
+            "lucid-capture: this backward could not be recorded and cannot finish eagerly: the "
+            "recorded forward runs PyTorch's memory-efficient attention with dropout, whose "
+            "backward reads the dropout seed the graph kept on the device as a host value "
+            f"(nodes: {', '.join(device_seeded_nodes(rec.graph_outputs))}). Read the warning "
+            "above for why recording failed, or turn capture off for this recorder"
+        )
     with backward_context(rec.signature):
         got = _retained_grad(rec, [o for o, _ in read], [g for _, g in read])
     for slot, grad in zip(rec.target_slots(), got, strict=True):
@@ -377,6 +415,31 @@ def _retained_grad(
             outputs, rec.target_tensors, grads, allow_unused=True, retain_graph=True
         )
     )
+
+
+# Autograd nodes whose backward, outside a capture, reads the dropout seed and offset its captured
+# forward saved on the device as host scalars (aten/src/ATen/native/transformers/cuda/
+# attention_backward.cu, `_efficient_attention_backward`: `*philox_seed.data_ptr<int64_t>()`).
+_HOST_READ_SEED = ("EfficientAttentionBackward",)
+
+
+def device_seeded_nodes(outputs: Sequence[torch.Tensor]) -> list[str]:
+    """The names of the nodes in ``outputs``' autograd graph that run PyTorch's
+    memory-efficient attention with dropout (a node that does not say its dropout counts)."""
+    found: list[str] = []
+    seen: set[Any] = set()
+    todo = [o.grad_fn for o in outputs if o.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        name = type(node).__name__
+        dropout = float(getattr(node, "_saved_dropout_p", 1.0))
+        if dropout > 0 and any(key in name for key in _HOST_READ_SEED):
+            found.append(name)
+        todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
+    return sorted(set(found))
 
 
 def _reached(output: torch.Tensor, targets: Sequence[torch.Tensor]) -> frozenset[int]:
