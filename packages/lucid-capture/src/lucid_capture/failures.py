@@ -24,6 +24,11 @@ class HostRandomnessError(RuntimeError):
     """The recorded call drew from a host random generator: its draw would be baked in."""
 
 
+class UnregisteredGeneratorError(RuntimeError):
+    """The call drew from a generator the recording was not given (``generator=g``): a graph
+    would not advance it. Raised after warm-up, which put that generator back as it found it."""
+
+
 # Substrings of the errors torch and the CUDA runtime raise for work a capture cannot hold.
 _CPU_COPY = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
 _UNREGISTERED = "CUDA generator not in capture mode"
@@ -51,6 +56,8 @@ def failure_reason(error: BaseException) -> Reason:
     chain = _chain(error)
     if any(isinstance(e, HostRandomnessError) for e in chain):
         return Reason.HOST_RNG
+    if any(isinstance(e, UnregisteredGeneratorError) for e in chain):
+        return Reason.UNREGISTERED_RNG
     texts = [str(e) for e in chain]
     if any(_CPU_COPY in text for text in texts):
         return Reason.CPU_TENSOR

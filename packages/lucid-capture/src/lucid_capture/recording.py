@@ -14,6 +14,10 @@ The procedure holds the capture rules that concern *making* a recording:
   memory, and each replay advances the offset by the graph's draws: replays draw what eager would.
   A host draw while recording is baked into the graph as one constant (a layer skipped or kept
   for ever), so a recording that moved a host generator is refused (``host RNG``).
+- **Generators it was not given.** The first warm-up forward watches the ``generator=`` of every
+  torch call; a generator that is neither the device's default nor one handed to the recorder is
+  put back to its state before its first draw and the recording is refused (``unregistered
+  RNG``), so the eager fit that follows draws what eager would have drawn.
 - **Reach (rule 6).** For each differentiable output, the set of gradient targets it reaches is
   measured in warm-up, so a backward in which the loss left an output unread can hand back ``None``
   exactly where eager autograd would, instead of the graph's zeros.
@@ -40,14 +44,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from lucid_capture.failures import HostRandomnessError, host_rng_state, set_host_rng_state
+from lucid_capture.failures import (
+    HostRandomnessError,
+    UnregisteredGeneratorError,
+    host_rng_state,
+    internal,
+    set_host_rng_state,
+)
 from lucid_capture.signature import CallSignature, parameter_identity
 from lucid_capture.tree import Rebuild, flatten
 
@@ -213,6 +225,39 @@ def preserved_state(
             generator.set_state(state)
 
 
+class _GeneratorWatch(TorchFunctionMode):
+    """Notes each generator a call names (``generator=``, keyword-only in torch's random ops)
+    that is not in ``known``, with its state before that first draw; ``restore`` puts them back."""
+
+    def __init__(self, known: Sequence[torch.Generator]) -> None:
+        super().__init__()
+        self.known = {id(g) for g in known}
+        self.first: dict[int, tuple[torch.Generator, torch.Tensor]] = {}
+        self.where = ""  # the model's line of the first such draw
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        g = kwargs.get("generator")
+        if isinstance(g, torch.Generator) and id(g) not in self.known and id(g) not in self.first:
+            self.first[id(g)] = (g, g.get_state())
+            if not self.where:
+                outside = [f for f in traceback.extract_stack() if not internal(f.filename)]
+                if outside:
+                    frame = outside[-1]
+                    self.where = f"{frame.filename}:{frame.lineno} in {frame.name}"
+        return func(*args, **kwargs)
+
+    def restore(self) -> None:
+        for generator, state in self.first.values():
+            generator.set_state(state)
+
+
 def _static_copy(t: torch.Tensor) -> torch.Tensor:
     out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
     out.copy_(t.detach())
@@ -251,9 +296,23 @@ def record(
     with preserved_state(buffers, device, generators), torch.cuda.device(device):
         stream.wait_stream(torch.cuda.current_stream())
         reach: list[frozenset[int]] = []
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        known = [torch.cuda.default_generators[index], torch.default_generator]
+        watch = _GeneratorWatch([*known, *generators])
         with torch.cuda.stream(stream):
             for step in range(warmup_iters):
-                outs, _ = run_forward()
+                if step == 0:  # watched once: the mode may steer modules off their fast paths
+                    with watch:
+                        outs, _ = run_forward()
+                    if watch.first:
+                        watch.restore()
+                        raise UnregisteredGeneratorError(
+                            f"the call draws from {len(watch.first)} generator(s) the recorder "
+                            f"was not given (first at {watch.where or 'an unknown line'}); "
+                            "each is left as warm-up found it"
+                        )
+                else:
+                    outs, _ = run_forward()
                 diff = [o for o in outs if o.requires_grad]
                 if not diff or not target_tensors:
                     continue
