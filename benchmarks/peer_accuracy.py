@@ -68,6 +68,34 @@ def merge(sources: list[Path], out: Path) -> None:
     print(f"{out}: {len(rows)} rows of {', '.join(sorted(by_task))}")
 
 
+def pool(sources: list[Path], out: Path) -> None:
+    """One run's document from seeds trained in several calls: the per-seed rows
+    (``seed_rows``) of ``sources`` folded over the seeds again (`peer_seeds.seed_rows`), one row
+    per (task, set, path, metric, arm, epochs); a seed in two files is taken from the later. A
+    size bucket or time to accuracy missing from one seed leaves that mean out (None)."""
+    import peer_seeds
+
+    per_seed: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for path in sources:
+        for row in json.loads(path.read_text())["seed_rows"]:
+            key = (row["task"], row["set"], row["path"], row["metric"],
+                   row.get("lucid_accumulate"), row.get("epochs"), int(row["seed"]))  # fmt: skip
+            per_seed[key] = {**row, "source": path.name}
+    seeds = list(per_seed.values())
+    doc = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "sources": [p.name for p in sources],
+        "rows": peer_seeds.seed_rows(seeds),
+        "arm_rows": [],
+        "seed_rows": seeds,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    out.with_suffix(".md").write_text(peer_seeds.seed_table(doc["rows"]) + "\n")
+    print(peer_seeds.seed_table(doc["rows"]))
+
+
 def run_name(task: str, set_name: str, side: str, seed: int, seeds: list[int]) -> str:
     """A side's folder. A held-out set's names its seed always (calls of different seeds can
     share one folder for ``--tables``); the harder set keeps the names of the runs before."""
@@ -121,7 +149,18 @@ def main(argv: list[str] | None = None) -> None:
         "first; a later file's rows replace an earlier one's of the same task, set and seeds; "
         "each row names its file",
     )
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="train nothing: write --out/peer-accuracy.json from the per-seed rows of these runs' "
+        "JSONs, folded over the seeds again (seeds of one arm trained in several calls)",
+    )
     args = parser.parse_args(argv)
+    if args.pool:
+        pool(args.pool, args.out / "peer-accuracy.json")
+        return
     if args.merge:
         merge(args.merge, args.out / "peer-accuracy.json")
         return

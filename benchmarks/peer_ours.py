@@ -21,13 +21,15 @@ from peer_common import (
     _run_logged,
 )
 
-# An arm is ``ACCUMULATE[+OPTION...]``: ``auto+buffer`` trains with the authors' mosaic partner
-# buffer (assumptions D23) at the authors' cadence, ``+once`` without the load-time resize (one
+# An arm is ``ACCUMULATE[+OPTION...]``: ``auto+batch`` draws mosaic partners from the sample's own
+# batch (assumptions D23; ``+buffer``, the authors' rule, is the default since 2026-12-04) at the
+# authors' cadence, ``+once`` without the load-time resize (one
 # resample, D24; ``+resize`` asks for it explicitly, the default since 2026-12-03) and ``+cpu``
 # paints in the loader workers instead of on the GPU (D18); so an A/B of a data option is one more
 # arm beside the default in the same call.
 ARM_OPTIONS = {
     "buffer": ["--data.mosaic_pool", "buffer"],
+    "batch": ["--data.mosaic_pool", "batch"],
     "resize": ["--data.load_resize", "true"],
     "once": ["--data.load_resize", "false"],
     "cpu": ["--data.render", "cpu"],

@@ -171,8 +171,12 @@ def test_the_fit_log_says_once_where_the_samples_are_made(
     assert said == [
         "lucid data: training samples painted in the loader workers (--data.render auto, "
         "--data.decode auto); each source resized to the long side 64 as loaded (the authors' "
-        "rule); mosaic partners from the sample's own batch"
+        "rule); mosaic partners from the authors' buffer of recent images"
     ]
+    dm.mosaic_pool = "batch"
+    assert dm.pipeline_line().endswith(
+        "mosaic partners from the sample's own batch (--data.mosaic_pool batch)"
+    )
     dm.render = "device"  # with a decode of JPEGs at their size where it is asked for
     assert "the GPU after the transfer, JPEGs already at their load size decoded by nvJPEG" in (
         dm.pipeline_line()

@@ -75,6 +75,25 @@ def test_merge_keeps_rows_of_other_sets_and_replaces_the_same_task_set_and_seeds
     ]
 
 
+def test_pool_folds_seeds_of_several_calls_and_takes_a_repeated_seed_from_the_later(
+    tmp_path: Path,
+) -> None:
+    tables, acc = load_benchmark("peer_tables"), load_benchmark("peer_accuracy")
+    first = tables.accuracy_rows(_report(0, 0.40, 0.50, [0.3, 0.5, 0.4]), "auto")
+    first += tables.accuracy_rows(_report(1, 0.10, 0.50, [0.1, 0.1, 0.1]), "auto")
+    later = tables.accuracy_rows(_report(1, 0.60, 0.50, [0.2, 0.3, 0.45]), "auto")
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, seed_rows in zip(files, (first, later), strict=True):
+        path.write_text(json.dumps({"date": "2026-12-04", "rows": [], "seed_rows": seed_rows}))
+    acc.pool(files, tmp_path / "out" / "peer-accuracy.json")
+    doc = json.loads((tmp_path / "out" / "peer-accuracy.json").read_text())
+    nms = {r["path"]: r for r in doc["rows"]}["nms"]
+    assert nms["seeds"] == [0, 1] and nms["lucid_seeds"] == pytest.approx([0.40, 0.60])
+    assert nms["diff_mean"] == pytest.approx(0.0) and nms["diff_std"] == pytest.approx(0.1414, 1e-3)
+    assert doc["sources"] == ["a.json", "b.json"]
+    assert "| detect | vsynth-small | nms |" in (tmp_path / "out" / "peer-accuracy.md").read_text()
+
+
 @pytest.mark.parametrize("name", ["vsynth-small", "skimage-shapes"])
 def test_a_heldout_set_builds_the_same_from_its_seed_with_every_class_annotated(
     name: str, tmp_path: Path

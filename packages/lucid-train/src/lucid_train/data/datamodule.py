@@ -79,9 +79,10 @@ class LucidDataModule(L.LightningDataModule):
             the same bits either way (assumptions.md D18).
         decode: with device rendering, ``device`` leaves JPEG files to the device decoder
             (nvJPEG), ``cpu`` decodes in the workers; ``auto`` follows ``render``.
-        mosaic_pool: where mosaic partners come from (assumptions.md D23): ``buffer``, the
-            authors' rule, the images of the last ``min(n, 8 batch, 1000) - 1`` epoch positions
-            (mixup partners from the whole split); ``batch``, the sample's own batch (mixup too).
+        mosaic_pool: where mosaic partners come from (assumptions.md D23): ``buffer`` (the
+            default since 2026-12-04), the authors' rule, the images of the last
+            ``min(n, 8 batch, 1000) - 1`` epoch positions (mixup partners from the whole split);
+            ``batch``, the sample's own batch (mixup too): fewer decodes, less varied batches.
         load_resize: resize each training source to the long side ``img_size`` before the
             augmentation, as the authors' ``load_image`` does (on by default: their pixels are
             resampled twice; ``False`` resamples once, sharper; assumptions.md D24). A source
@@ -116,7 +117,7 @@ class LucidDataModule(L.LightningDataModule):
         cache: Literal["none", "ram"] = "none",
         render: Literal["auto", "cpu", "device"] = "auto",
         decode: Literal["auto", "cpu", "device"] = "auto",
-        mosaic_pool: MosaicPool = "batch",
+        mosaic_pool: MosaicPool = "buffer",
         load_resize: bool = True,
         allow_empty: bool = False,
     ) -> None:
@@ -275,7 +276,7 @@ class LucidDataModule(L.LightningDataModule):
             else "each source resampled once (--data.load_resize false)"
         )
         pool = "the authors' buffer of recent images" if self.mosaic_pool == "buffer" else (
-            "the sample's own batch"
+            "the sample's own batch (--data.mosaic_pool batch)"
         )  # fmt: skip
         return (
             f"lucid data: training samples {where} (--data.render {self.render}, --data.decode "

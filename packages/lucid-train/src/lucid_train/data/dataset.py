@@ -8,10 +8,11 @@ distinct across workers and epochs, and the same whatever ``num_workers`` is.
 Mosaic partners (assumptions.md D11, D23) come from a pool that is a function of the epoch
 permutation alone, never of worker timing, so a resumed run draws the same ones:
 
-- ``buffer`` (the authors' rule): the images of the ``buffer_length(n, pool_size) - 1`` epoch
-  positions up to and including the sample's own, the "recently loaded" images of a loader that
-  reads the permutation in order (at an epoch's start the previous epoch's tail; none before
-  epoch 0). Mixup partners are any image of the split, as the authors' ``MixUp`` draws them.
+- ``buffer`` (the authors' rule, the default): the images of the
+  ``buffer_length(n, pool_size) - 1`` epoch positions up to and including the sample's own, the
+  "recently loaded" images of a loader that reads the permutation in order (at an epoch's start
+  the previous epoch's tail; none before epoch 0). Mixup partners are any image of the split,
+  as the authors' ``MixUp`` draws them.
 - ``batch``: the block of ``pool_size`` consecutive positions holding the sample (its batch), for
   mosaic and mixup partners alike; a worker finds them among the images it decodes for that batch
   anyway (a small per-worker decode cache serves the repeats).
@@ -194,7 +195,7 @@ class TrainDataset(Dataset[Sample]):
         *,
         seed: int = 0,
         pool_size: int = 16,
-        mosaic_pool: MosaicPool = "batch",
+        mosaic_pool: MosaicPool = "buffer",
         close_mosaic_from: int | None = None,
         cache_images: int = 64,
         ram: RamImages | None = None,
