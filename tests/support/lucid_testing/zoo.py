@@ -325,7 +325,7 @@ ZOO: dict[str, ZooModel] = {
                  expect=Reason.UNREGISTERED_RNG, speed=False,
                  note="dropout from the model's own torch.Generator, not handed to the recorder"),
         ZooModel("private_generator_registered", "torch.nn", lambda n: PrivateGeneratorDropout(),
-                 _vectors_batch, _cross_entropy, parity_size=1, speed=False,
+                 _vectors_batch, _cross_entropy, parity_size=1, speed_size=1,
                  recorder_options=_own_generator,
                  note="the same, with NetworkRecorder(net, generators=[g])"),
         ZooModel("resnet18_python_hook", "torchvision", _hooked_resnet18, _classes_batch,
