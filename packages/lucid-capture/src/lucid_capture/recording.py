@@ -17,7 +17,8 @@ The procedure holds the capture rules that concern *making* a recording:
 - **Generators it was not given.** The first warm-up forward watches the ``generator=`` of every
   torch call; a generator that is neither the device's default nor one handed to the recorder is
   put back to its state before its first draw and the recording is refused (``unregistered
-  RNG``), so the eager fit that follows draws what eager would have drawn.
+  RNG``), so the eager fit that follows draws what eager would have drawn
+  (``randomness.GeneratorWatch``).
 - **Reach (rule 6).** For each differentiable output, the set of gradient targets it reaches is
   measured in warm-up, so a backward in which the loss left an output unread can hand back ``None``
   exactly where eager autograd would, instead of the graph's zeros.
@@ -25,8 +26,9 @@ The procedure holds the capture rules that concern *making* a recording:
   offset for the backward as host scalars in eager and as device tensors under capture, and its
   backward dereferences them on the host unless it is itself being captured. A backward run
   eagerly over a captured forward then reads a device address on the host (a SIGSEGV, not an
-  error). Such a recording warms each backward layout up on a fresh eager forward instead
-  (state restored as in warm-up), and refuses to finish a backward eagerly over its graph.
+  error). Such a recording (``randomness.device_seeded_nodes`` finds its nodes) warms each
+  backward layout up on a fresh eager forward instead (state restored as in warm-up), and
+  refuses to finish a backward eagerly over its graph.
 - **Gradient layout (rule 9).** The backward is recorded at the first backward, not with the
   forward, and once per layout of the incoming gradients: a static gradient buffer takes the
   strides of the gradient the consumer actually hands over. Eager autograd passes that gradient on
@@ -44,22 +46,20 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from lucid_capture.failures import (
     HostRandomnessError,
     UnregisteredGeneratorError,
     host_rng_state,
-    internal,
     set_host_rng_state,
 )
+from lucid_capture.randomness import GeneratorWatch, device_seeded_nodes
 from lucid_capture.signature import CallSignature, parameter_identity
 from lucid_capture.tree import Rebuild, flatten
 
@@ -225,39 +225,6 @@ def preserved_state(
             generator.set_state(state)
 
 
-class _GeneratorWatch(TorchFunctionMode):
-    """Notes each generator a call names (``generator=``, keyword-only in torch's random ops)
-    that is not in ``known``, with its state before that first draw; ``restore`` puts them back."""
-
-    def __init__(self, known: Sequence[torch.Generator]) -> None:
-        super().__init__()
-        self.known = {id(g) for g in known}
-        self.first: dict[int, tuple[torch.Generator, torch.Tensor]] = {}
-        self.where = ""  # the model's line of the first such draw
-
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: Sequence[Any] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        g = kwargs.get("generator")
-        if isinstance(g, torch.Generator) and id(g) not in self.known and id(g) not in self.first:
-            self.first[id(g)] = (g, g.get_state())
-            if not self.where:
-                outside = [f for f in traceback.extract_stack() if not internal(f.filename)]
-                if outside:
-                    frame = outside[-1]
-                    self.where = f"{frame.filename}:{frame.lineno} in {frame.name}"
-        return func(*args, **kwargs)
-
-    def restore(self) -> None:
-        for generator, state in self.first.values():
-            generator.set_state(state)
-
-
 def _static_copy(t: torch.Tensor) -> torch.Tensor:
     out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
     out.copy_(t.detach())
@@ -298,7 +265,7 @@ def record(
         reach: list[frozenset[int]] = []
         index = device.index if device.index is not None else torch.cuda.current_device()
         known = [torch.cuda.default_generators[index], torch.default_generator]
-        watch = _GeneratorWatch([*known, *generators])
+        watch = GeneratorWatch([*known, *generators])
         with torch.cuda.stream(stream):
             for step in range(warmup_iters):
                 if step == 0:  # watched once: the mode may steer modules off their fast paths
@@ -474,31 +441,6 @@ def _retained_grad(
             outputs, rec.target_tensors, grads, allow_unused=True, retain_graph=True
         )
     )
-
-
-# Autograd nodes whose backward, outside a capture, reads the dropout seed and offset its captured
-# forward saved on the device as host scalars (aten/src/ATen/native/transformers/cuda/
-# attention_backward.cu, `_efficient_attention_backward`: `*philox_seed.data_ptr<int64_t>()`).
-_HOST_READ_SEED = ("EfficientAttentionBackward",)
-
-
-def device_seeded_nodes(outputs: Sequence[torch.Tensor]) -> list[str]:
-    """The names of the nodes in ``outputs``' autograd graph that run PyTorch's
-    memory-efficient attention with dropout (a node that does not say its dropout counts)."""
-    found: list[str] = []
-    seen: set[Any] = set()
-    todo = [o.grad_fn for o in outputs if o.grad_fn is not None]
-    while todo:
-        node = todo.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        name = type(node).__name__
-        dropout = float(getattr(node, "_saved_dropout_p", 1.0))
-        if dropout > 0 and any(key in name for key in _HOST_READ_SEED):
-            found.append(name)
-        todo.extend(nxt for nxt, _ in node.next_functions if nxt is not None)
-    return sorted(set(found))
 
 
 def _reached(output: torch.Tensor, targets: Sequence[torch.Tensor]) -> frozenset[int]:
