@@ -7,10 +7,16 @@ the 100-image GPU runs) holds the spec, the command that wrote it, the measured 
 floor a run must reach::
 
     python -m lucid_train.overfit --task detect --write goldens/train/overfit_detect.json
+    python -m lucid_train.overfit --task obb --spread-seeds 1,2,3,4,5,6 \\
+        --write goldens/train/overfit_obb.json
     python -m lucid_train.overfit --task detect --preset gpu --capture on \\
         --write goldens/gpu/overfit_detect.json
 
 The GPU goldens are written with capture on; the GPU session runs each with capture on and off.
+``--spread-seeds`` also trains the spec at other seeds and takes the floor from the worst of them:
+another machine's float order moves a 4-image fit about as much as another seed does (CI scored
+obb's seed 0 at 0.496 where this machine scores 0.667), so a floor from one seed alone can fail
+on a healthy trainer.
 """
 
 from __future__ import annotations
@@ -93,9 +99,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# Per task departures from a preset. obb's CPU overfit at 100 epochs ended between 0.42 and 0.67
+# over seeds 0-6, still climbing; at 200 between 0.77 and 0.95 (goldens/train/overfit_obb.json
+# keeps the seeds), so its floor guards learning instead of one trajectory.
+TASK_PRESETS: dict[tuple[str, str], dict[str, Any]] = {("cpu", "obb"): {"epochs": 200}}
+
+
 def spec_for(task: Task, preset: str = "cpu") -> OverfitSpec:
     """The preset spec of a task."""
-    return OverfitSpec(task=task, model=_model(task), **PRESETS[preset])
+    fields = {**PRESETS[preset], **TASK_PRESETS.get((preset, task), {})}
+    return OverfitSpec(task=task, model=_model(task), **fields)
 
 
 def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
@@ -107,9 +120,12 @@ def run_overfit(spec: OverfitSpec, workdir: Path) -> dict[str, float]:
     return metrics
 
 
-def fit_overfit(spec: OverfitSpec, workdir: Path) -> tuple[Any, Any, Any, float]:
+def fit_overfit(
+    spec: OverfitSpec, workdir: Path, synthetic: Any = None
+) -> tuple[Any, Any, Any, float]:
     """Train ``spec`` under ``workdir``: ``(module, trainer, datamodule, seconds)``, the module
-    holding its last validation in ``last_metrics`` (for a caller that validates again)."""
+    holding its last validation in ``last_metrics`` (for a caller that validates again).
+    ``synthetic`` (a ``SyntheticSpec``) replaces the goldens' set of sources 128-192 px."""
     import lightning as L
 
     from lucid_train.data import AugmentConfig, LucidDataModule, SyntheticSpec
@@ -132,7 +148,8 @@ def fit_overfit(spec: OverfitSpec, workdir: Path) -> tuple[Any, Any, Any, float]
         seed=spec.seed,
         val_split="train",  # an overfit is scored on the images it trained on
         cache_dir=workdir / "data",
-        synthetic=SyntheticSpec(num_train=spec.images, num_val=2, min_side=128, max_side=192),
+        synthetic=synthetic
+        or SyntheticSpec(num_train=spec.images, num_val=2, min_side=128, max_side=192),
     )
     dm.setup("fit")
     module = module_class(spec.task)(
@@ -169,20 +186,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", default=None, help="write the golden JSON here")
     parser.add_argument("--margin", type=float, default=0.75, help="floor = margin * value")
     parser.add_argument("--capture", default="auto", choices=("auto", "on", "off"))
+    parser.add_argument(
+        "--spread-seeds",
+        default="",
+        help="comma-separated seeds also trained; floor = margin * the worst value of all",
+    )
     args = parser.parse_args(argv)
     spec = replace(spec_for(args.task, args.preset), capture=args.capture)
     metrics = run_overfit(spec, Path(args.workdir) / args.task)
     value = metrics["mAP50-95"]
-    doc = {
+    seeds = [int(s) for s in args.spread_seeds.split(",") if s.strip()]
+    spread = {
+        seed: run_overfit(replace(spec, seed=seed), Path(args.workdir) / f"{args.task}-{seed}")[
+            "mAP50-95"
+        ]
+        for seed in seeds
+    }
+    worst = min([value, *spread.values()])
+    doc: dict[str, Any] = {
         "command": f"python -m lucid_train.overfit --task {args.task} --preset {args.preset} "
         + (f"--capture {args.capture} " if args.capture != "auto" else "")
+        + (f"--spread-seeds {args.spread_seeds} " if seeds else "")
         + f"--write {args.write}",
         "spec": asdict(spec),
         "metric": "mAP50-95 (end-to-end top-k decode; box, or rotated for obb)",
         "value": round(value, 4),
-        "floor": round(value * args.margin, 4),
+        "floor": round(worst * args.margin, 4),
         "metrics": {k: round(v, 4) for k, v in sorted(metrics.items())},
     }
+    if seeds:
+        doc["spread"] = {str(seed): round(v, 4) for seed, v in spread.items()}
     print(json.dumps(doc, indent=2))
     if args.write:
         Path(args.write).parent.mkdir(parents=True, exist_ok=True)
