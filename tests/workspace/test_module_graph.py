@@ -162,6 +162,15 @@ def test_every_lucid_train_unit_has_a_floor() -> None:
     assert units <= set(FLOORS), f"give these a floor in FLOORS: {sorted(units - set(FLOORS))}"
 
 
+def test_the_package_docstring_maps_every_floor_in_order() -> None:
+    """A newcomer reads lucid_train's floors in its ``__init__``: one bullet per unit, bottom
+    first, the same order as `FLOORS`."""
+    init = SOURCES / "lucid-train" / "src" / "lucid_train" / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    bullets = [line.split("``")[1] for line in doc.splitlines() if line.startswith("* ``")]
+    assert bullets == list(FLOORS), bullets
+
+
 def test_lucid_train_imports_only_its_own_floor_and_those_below() -> None:
     upward = _upward(_graph())
     assert not upward, upward
