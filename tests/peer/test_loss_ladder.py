@@ -26,6 +26,14 @@ def weights(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {t: pt.write_released_weights(t, root / f"yolo26n{pt.SUFFIX[t]}.pt") for t in TASKS}
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same files after a short fit of ours on the fixed batch (the loss on trained
+    weights: assignment maxima near 1, not the 1e-7 to 1e-4 of an initial network)."""
+    root = tmp_path_factory.mktemp("peer-trained")
+    return {t: pt.write_trained_weights(t, root / f"yolo26n{pt.SUFFIX[t]}.pt") for t in TASKS}
+
+
 class Side:
     """Both trainers' loss of one task on the fixed batch, from one forward of our network."""
 
@@ -60,9 +68,13 @@ class Side:
         return total, items, seen["out"]
 
 
-@pytest.fixture(scope="module", params=TASKS)
-def side(request: pytest.FixtureRequest, weights: dict[str, Path]) -> Side:
-    return Side(request.param, weights[request.param])
+@pytest.fixture(
+    scope="module", params=[(t, w) for w in ("init", "trained") for t in TASKS], ids="-".join
+)
+def side(request: pytest.FixtureRequest) -> Side:
+    task, state = request.param
+    files = request.getfixturevalue("weights" if state == "init" else "trained")
+    return Side(task, files[task])
 
 
 # their item names for ours
