@@ -16,11 +16,16 @@ def export_for_peer(root: Path, task: str, yolo: Path) -> tuple[dict[str, Any], 
     ``path`` (Ultralytics reads a relative one against its datasets folder or the cwd) and, for
     pose, ``kpt_shape`` / ``flip_idx``; JSON is YAML, so no YAML writer is needed."""
     from lucid_train.data import read_coco, write_yolo
+    from lucid_train.data.classes import annotated_classes, restrict_classes
 
     splits = {
         s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task=task)  # type: ignore[arg-type]
         for s in ("train", "val")
     }
+    # the classes a fit of ours trains: a category without annotations is left out (D22)
+    kept = annotated_classes(splits.values())
+    if kept is not None:
+        splits = {s: restrict_classes(index, kept) for s, index in splits.items()}
     if yolo.exists():
         shutil.rmtree(yolo)
     ours_yaml = write_yolo(splits, yolo)

@@ -237,6 +237,8 @@ class LucidCLI(LightningCLI):
             data["img_size"] = data["img_size"] or int(
                 self.model.hparams.get("img_size", DEFAULT_IMG_SIZE)
             )
+            # the checkpoint's classes (a fit leaves out categories without annotations, D22)
+            data["classes"] = data.get("classes") or self.model.hparams.get("category_ids")
             self.datamodule = LucidDataModule(self.model.task, **data)
         if verb in TRAINER_VERBS:
             self.trainer = self.instantiate_trainer()

@@ -10,6 +10,7 @@ with a placeholder path still parses.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from lucid_train.arg_types import ImageSide, NonNegativeInt, PositiveInt, check_image_side
 from lucid_train.data.augment.config import AugmentConfig
+from lucid_train.data.classes import annotated_classes, restrict_classes, unannotated_line
 from lucid_train.data.coco import coco_document, scored_ground_truth
 from lucid_train.data.dataset import (
     MOSAIC_POOLS,
@@ -90,6 +92,10 @@ class LucidDataModule(L.LightningDataModule):
             be left to the device decoder.
         allow_empty: accept a split whose images hold no annotation at all (every image a
             background); without it such a split is refused, since it trains or scores nothing.
+        classes: the dataset's category ids to train and score (annotations of others are
+            skipped and counted); by default a fit takes every category with an annotation in
+            train or val, a COCO category without any left out (assumptions.md D22). Validate
+            and test take the checkpoint's.
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class LucidDataModule(L.LightningDataModule):
         mosaic_pool: MosaicPool = "buffer",
         load_resize: bool = True,
         allow_empty: bool = False,
+        classes: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         if mosaic_pool not in MOSAIC_POOLS:
@@ -170,6 +177,8 @@ class LucidDataModule(L.LightningDataModule):
         self.load_resize = load_resize
         self._said = ""  # the last `pipeline_line` logged
         self.allow_empty = allow_empty
+        # the category ids of the model's classes; a fit's default (None) is set in `setup`
+        self.classes = None if classes is None else tuple(int(c) for c in classes)
         self.ram: dict[str, RamImages] = {}  # by split key, filled in setup with cache="ram"
         self.close_mosaic_from: int | None = None
         self._root: Path | None = None
@@ -199,12 +208,19 @@ class LucidDataModule(L.LightningDataModule):
             )
             if not self.allow_empty:
                 refuse_unannotated(self.indices[key], split)
+            if self.classes is not None:
+                self.indices[key] = restrict_classes(self.indices[key], self.classes)
         return self.indices[key]
 
     def setup(self, stage: str | None = None) -> None:
         """Read the splits the stage needs; learn ``max_epochs`` for close-mosaic."""
         if stage in (None, "fit"):
             train, val = self._index("train"), self._index("val")
+            if self.classes is None and (kept := annotated_classes([train, val])) is not None:
+                rank_zero_info(unannotated_line(train.schema, kept))  # assumptions D22
+                self.classes = kept
+                self.indices = {k: restrict_classes(v, kept) for k, v in self.indices.items()}
+                train, val = self._index("train"), self._index("val")
             if train.schema.class_names != val.schema.class_names:
                 raise ValueError(
                     f"train and val splits disagree on classes: {train.schema.class_names} vs "

@@ -1,0 +1,95 @@
+"""Which of a dataset's categories are the model's classes (assumptions D22).
+
+A COCO file may list a category that no annotation uses: exporters such as Roboflow's put the
+dataset's own name in as category 0, and the YOLO export of the same data leaves it out, so the
+authors' trainer on that export has one class fewer. A fit therefore trains the categories that
+have an annotation in its train or val split (`annotated_classes`), says which it left out, and
+the checkpoint keeps the ids; validate and test restrict the data to the checkpoint's ids
+(`restrict_classes`). YOLO txt and DOTA keep every name they declare: the authors' trainer reads
+the same ``names`` (their ``nc`` is its length).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
+
+__all__ = ["annotated_classes", "restrict_classes", "unannotated_line"]
+
+
+def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None:
+    """The category ids of the classes to train from the splits ``indices`` (one schema): those
+    with an annotation in any of them, in the schema's order; None when that is every category or
+    when a split was not read from a COCO file."""
+    indices = list(indices)
+    if not indices or any(index.coco_json is None for index in indices):
+        return None
+    schema = indices[0].schema
+    used = np.zeros(schema.num_classes, np.bool_)
+    for index in indices:
+        for record in index.records:
+            used[record.targets.labels] = True
+    if used.all():
+        return None
+    return tuple(cid for cid, keep in zip(schema.category_ids, used, strict=True) if keep)
+
+
+def unannotated_line(schema: DatasetSchema, kept: Sequence[int]) -> str:
+    """The fit's log line naming the categories left out of the classes."""
+    left = [
+        f"{name!r} (id {cid})"
+        for name, cid in zip(schema.class_names, schema.category_ids, strict=True)
+        if cid not in set(kept)
+    ]
+    return (
+        f"lucid data: {', '.join(left)} without annotations in train or val: not a class of the "
+        f"model, as the YOLO export of such a file leaves it out ({len(kept)} classes; "
+        "--data.classes chooses them)"
+    )
+
+
+def restrict_classes(index: DatasetIndex, category_ids: Sequence[int]) -> DatasetIndex:
+    """``index`` with the classes ``category_ids`` (the dataset's ids, in the schema's order
+    after restriction) and its labels renumbered to them; an annotation of another category is
+    skipped and counted in the load report. Raises ValueError for an id the schema lacks."""
+    schema = index.schema
+    wanted = set(int(c) for c in category_ids)
+    missing = sorted(wanted - set(schema.category_ids))
+    if missing:
+        raise ValueError(
+            f"{index.report.source}: categories {missing} are classes of the model but not of "
+            f"the data (ids {list(schema.category_ids)}); validate on the data it was trained on"
+        )
+    keep = [i for i, cid in enumerate(schema.category_ids) if cid in wanted]
+    if len(keep) == schema.num_classes:
+        return index
+    new_label = np.full(schema.num_classes, -1, np.int64)
+    new_label[keep] = np.arange(len(keep))
+    records: list[ImageRecord] = []
+    for record in index.records:
+        labels = new_label[record.targets.labels]
+        kept = labels >= 0
+        if not kept.all():
+            for i in np.flatnonzero(~kept):
+                name = schema.class_names[int(record.targets.labels[i])]
+                index.report.skip(f"category {name!r} is not a class", str(record.path))
+            # `scored` lists each target's annotation first, then the crowd regions
+            n = len(labels)
+            scored = [p for p, k in zip(record.scored[:n], kept, strict=False) if k]
+            record = replace(
+                record,
+                targets=record.targets.select(kept),
+                scored=(*scored, *record.scored[n:]),
+            )
+            labels = labels[kept]
+        records.append(replace(record, targets=record.targets.replace(labels=labels)))
+    restricted = replace(
+        schema,
+        class_names=tuple(schema.class_names[i] for i in keep),
+        category_ids=tuple(schema.category_ids[i] for i in keep),
+    )
+    return replace(index, schema=restricted, records=records)

@@ -1,0 +1,112 @@
+"""Which categories are classes (assumptions D22): a fit leaves out a COCO category that no
+annotation in train or val uses, as the YOLO export of such a file does, and says so; validate
+and test restrict the data to the checkpoint's classes; YOLO txt keeps every declared name."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lucid_train.data import LucidDataModule, read_coco, write_yolo
+from lucid_train.data.records import DatasetIndex, Task
+
+# the built-in detect set's categories are ids 1-3; these two have no annotation
+EMPTY = [{"id": 0, "name": "shapes", "supercategory": "none"}, {"id": 7, "name": "spare"}]
+
+
+def _edited(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path, edit: Callable[[str, Any], None]
+) -> Path:
+    root = tmp_path / "set"
+    shutil.copytree(small_synthetic("detect"), root)
+    for split in ("train", "val"):
+        path = root / "annotations" / f"{split}.json"
+        doc = json.loads(path.read_text())
+        doc["categories"] = [EMPTY[0], *doc["categories"], EMPTY[1]]
+        edit(split, doc)
+        path.write_text(json.dumps(doc))
+    return root
+
+
+def _labels_name_their_annotations(index: DatasetIndex, root: Path, split: str) -> int:
+    """Every target's class is its annotation's category; returns the targets checked."""
+    anns = json.loads((root / "annotations" / f"{split}.json").read_text())["annotations"]
+    checked = 0
+    for record in index.records:
+        for label, pos in zip(record.targets.labels, record.scored, strict=False):
+            assert index.schema.category_ids[int(label)] == anns[pos]["category_id"]
+            checked += 1
+    return checked
+
+
+def test_a_fit_leaves_out_coco_categories_without_annotations_and_says_so(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = _edited(small_synthetic, tmp_path, lambda split, doc: None)
+    read = read_coco(root / "annotations" / "train.json", root / "images" / "train", task="detect")
+    assert read.schema.category_ids == (0, 1, 2, 3, 7)  # the reader keeps the file's list
+    dm = LucidDataModule("detect", root, batch_size=2, num_workers=0)
+    with caplog.at_level(logging.INFO):
+        dm.setup("fit")
+    assert dm.schema.category_ids == (1, 2, 3)
+    assert dm.classes == (1, 2, 3)
+    assert "'shapes' (id 0), 'spare' (id 7) without annotations in train or val" in caplog.text
+    for split in ("train", "val"):
+        assert _labels_name_their_annotations(dm._index(split), root, split) > 0
+
+
+def test_a_category_annotated_in_val_only_stays_a_class(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path
+) -> None:
+    def spare_in_val(split: str, doc: Any) -> None:
+        if split == "val":
+            doc["annotations"][0]["category_id"] = 7
+
+    root = _edited(small_synthetic, tmp_path, spare_in_val)
+    dm = LucidDataModule("detect", root, batch_size=2, num_workers=0)
+    dm.setup("fit")
+    assert dm.schema.category_ids == (1, 2, 3, 7)
+    assert _labels_name_their_annotations(dm._index("val"), root, "val") > 0
+
+
+def test_given_classes_skip_and_count_the_annotations_of_others(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path
+) -> None:
+    """Validate and test pass the checkpoint's ids: another category's annotations are skipped
+    and counted (not scored), and an id the data lacks is refused."""
+    root = _edited(small_synthetic, tmp_path, lambda split, doc: None)
+    full = read_coco(root / "annotations" / "val.json", root / "images" / "val", task="detect")
+    of_two = sum(int((r.targets.labels == 2).sum()) for r in full.records)  # id 2: label 2
+    assert of_two > 0
+    dm = LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 3))
+    dm.setup("validate")
+    val = dm._index("val")
+    assert val.schema.category_ids == (1, 3)
+    assert val.report.counts[f"category {full.schema.class_names[2]!r} is not a class"] == of_two
+    assert sum(len(r.targets) for r in val.records) == sum(len(r.targets) for r in full.records) - (
+        of_two
+    )
+    assert _labels_name_their_annotations(val, root, "val") > 0
+    with pytest.raises(ValueError, match=r"categories \[9\] are classes of the model but not"):
+        LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 9))._index("val")
+
+
+def test_yolo_txt_keeps_every_name_as_the_authors_trainer_reads_it(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path
+) -> None:
+    root = _edited(small_synthetic, tmp_path, lambda split, doc: None)
+    splits = {
+        s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task="detect")
+        for s in ("train", "val")
+    }
+    data_yaml = write_yolo(splits, tmp_path / "yolo")
+    dm = LucidDataModule("detect", data_yaml, batch_size=2, num_workers=0)
+    dm.setup("fit")
+    assert dm.schema.num_classes == 5
+    assert dm.classes is None
