@@ -77,6 +77,37 @@ def test_crowd_regions_and_short_rings_are_counted_not_silently_dropped(
     assert "annotation 3" in index.report.summary()
 
 
+def test_an_objects_polygon_parts_are_joined_into_one_ring_with_their_extent(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """Segment: every ring of an annotation is a part of the object (the authors' converter joins
+    them too); the joined ring fills what the parts fill, spans their extent (training boxes come
+    from it), and a broken part is dropped and counted while the rest is kept."""
+    from lucid_train.data.masks import fill_ring
+    from lucid_train.data.polygons import polygon_area
+
+    left = [4, 4, 20, 4, 20, 20, 4, 20]
+    right = [40, 30, 40, 44, 60, 44, 60, 30]  # the other winding
+    anns = [
+        _ann(1, bbox=[4, 4, 56, 40], segmentation=[left, right]),
+        _ann(2, bbox=[4, 4, 16, 16], segmentation=[left, [1, 1, 2, 2]]),
+    ]
+    index = read_coco(write_doc(tmp_path, _doc(anns)), tmp_path / "img", task="segment")
+    joined, kept = index.records[0].targets.polygons or ()
+    np.testing.assert_allclose([*joined.min(0), *joined.max(0)], [4, 4, 60, 44])
+    parts = [np.reshape(r, (-1, 2)).astype(np.float64) for r in (left, right)]
+    assert polygon_area(joined) == pytest.approx(sum(polygon_area(r) for r in parts))
+    one, each = np.zeros((12, 16), np.int16), np.zeros((12, 16), np.int16)
+    fill_ring(one, joined.astype(np.float64), 1, 4)
+    for r in parts:
+        fill_ring(each, r, 1, 4)
+    assert one.sum() > 0 and (one == each).all()
+    np.testing.assert_allclose(kept, parts[0])
+    assert index.report.counts == {
+        "polygon part with an odd count or < 3 points (the rest kept)": 1
+    }
+
+
 def test_four_point_rings_become_rotated_boxes_for_obb(tmp_path: Path, write_doc: Writer) -> None:
     """A 4-point ring is fitted to a long-edge rotated box; boxes become its envelope."""
     c, s = math.cos(0.4), math.sin(0.4)

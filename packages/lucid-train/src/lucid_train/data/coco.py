@@ -4,7 +4,8 @@ What is read, per task:
 
 * every task: ``bbox`` ``[x, y, w, h]`` → xyxy clipped to the image; contiguous labels follow
   the categories sorted by id, and `DatasetSchema.category_ids` maps them back.
-* ``segment``: the *first* polygon ring of ``segmentation`` (at least 3 points).
+* ``segment``: the polygon rings of ``segmentation`` (each at least 3 points), an object's
+  parts joined into one ring (`lucid_train.data.polygons.merge_rings`).
 * ``obb``: the first ring must have exactly 4 points; it becomes a minimum-area rotated box, and
   ``boxes`` is that box's envelope.
 * ``pose``: ``keypoints`` ``[x1, y1, v1, ...]`` of length ``3 K``; flip pairs come from keypoint
@@ -39,6 +40,7 @@ import numpy as np
 
 from lucid_train.data.image_io import Verify, check_image
 from lucid_train.data.input_checks import float32_finite, read_text
+from lucid_train.data.polygons import merge_rings
 from lucid_train.data.records import (
     DataFormatError,
     DatasetIndex,
@@ -329,14 +331,18 @@ def _image_targets(
             if not isinstance(seg, list) or not seg:
                 report.skip("no polygon segmentation (RLE or missing)", aid)
                 continue
-            ring = _numbers(seg[0], aid, "'segmentation' ring")
-            if ring.size % 2:
-                report.skip("polygon with an odd count of coordinates", aid)
+            # segment: every ring is a part of the object, joined into one (assumptions D4)
+            read = seg if task == "segment" else seg[:1]
+            parts = [_numbers(r, aid, "'segmentation' ring") for r in read]
+            good = [r.reshape(-1, 2) for r in parts if r.size % 2 == 0 and r.size >= 6]
+            if not good:
+                odd = parts[0].size % 2
+                reason = "an odd count of coordinates" if odd else "fewer than 3 points"
+                report.skip(f"polygon with {reason}", aid)
                 continue
-            if ring.size < 6:
-                report.skip("polygon with fewer than 3 points", aid)
-                continue
-            ring = ring.reshape(-1, 2)
+            if len(good) < len(parts):
+                report.skip("polygon part with an odd count or < 3 points (the rest kept)", aid)
+            ring = good[0] if len(good) == 1 else merge_rings(good)
             if task == "obb" and ring.shape[0] != 4:
                 report.skip("rotated ring without exactly 4 points", aid)
                 continue

@@ -30,6 +30,25 @@ def polygon_area(poly: npt.ArrayLike) -> float:
     return abs(signed_area(poly))
 
 
+def merge_rings(rings: list[F64]) -> F64:
+    """One ring ``(P, 2)`` that traces every ring of ``rings`` (the parts of one object): each
+    part, turned to the first's winding, is entered from the point of the path so far nearest to
+    it, walked round and left back to that point. Each bridge is walked there and back, so the
+    ring's area and fill are the parts' own and its extent is theirs together (the authors'
+    converter also joins an object's parts into one polygon; assumptions D4)."""
+    path = np.asarray(rings[0], np.float64)
+    sign = signed_area(path) >= 0
+    for ring in rings[1:]:
+        part = np.asarray(ring, np.float64)
+        if (signed_area(part) >= 0) != sign:
+            part = part[::-1]
+        gap = ((path[:, None, :] - part[None, :, :]) ** 2).sum(-1)
+        i, j = np.unravel_index(int(gap.argmin()), gap.shape)
+        walk = np.concatenate([part[j:], part[: j + 1]])  # round the part, back to its entry
+        path = np.concatenate([path[: i + 1], walk, path[i:]])
+    return path
+
+
 def clip_polygon(subject: npt.ArrayLike, clip: npt.ArrayLike) -> F64:
     """The part of ``subject`` ``(P, 2)`` inside the convex polygon ``clip`` ``(Q, 2)``.
 
