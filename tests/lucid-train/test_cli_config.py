@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -157,6 +158,42 @@ def test_a_run_without_config_yaml_resumes_with_its_checkpoints_hyper_parameters
     assert main(["fit", "--ckpt_path", str(old), *data, "--model.optimizer", "AdamW"]) == 2
     line = _one_line(capsys.readouterr().err)
     assert "--model.optimizer AdamW contradicts model.optimizer: SGD" in line and str(old) in line
+
+
+def _with_empty_category(data: Path, root: Path) -> Path:
+    """A copy of ``data`` whose COCO files list one more category, id 0, without annotations."""
+    shutil.copytree(data, root)
+    for split in ("train", "val"):
+        path = root / "annotations" / f"{split}.json"
+        doc = json.loads(path.read_text())
+        doc["categories"].insert(0, {"id": 0, "name": "dataset"})
+        path.write_text(json.dumps(doc))
+    return root
+
+
+@pytest.mark.slow
+def test_validate_and_a_resume_take_the_checkpoints_classes(
+    printed_run: PrintedRun, tmp_path: Path
+) -> None:
+    """The data's classes follow the checkpoint's (assumptions D22): validate restricts the data
+    to them, and a run started before the rule (its empty category a class, no ``classes`` in its
+    config) resumes with the classes it trained."""
+    data = _with_empty_category(printed_run.data, tmp_path / "data")
+    flags = ["--data.root", str(data), "--data.num_workers", "0"]
+    cli = LucidCLI(["validate", "--ckpt", str(printed_run.last), *flags], run=False)
+    cli.datamodule.setup("validate")
+    assert cli.datamodule.schema.category_ids == (1, 2, 3)
+    assert LucidCLI(["fit", *flags, *TINY], run=False).datamodule.schema.category_ids == (1, 2, 3)
+
+    old = tmp_path / "old" / "checkpoints" / "last.ckpt"
+    old.parent.mkdir(parents=True)
+    ckpt = torch.load(printed_run.last, weights_only=True)
+    hp = ckpt["hyper_parameters"]
+    hp.update(num_classes=4, category_ids=(0, 1, 2, 3), class_names=("dataset", *hp["class_names"]))
+    torch.save(ckpt, old)
+    resumed = LucidCLI(["fit", "--ckpt_path", str(old), *flags], run=False)
+    assert resumed.datamodule.schema.category_ids == (0, 1, 2, 3)
+    assert resumed.model.hparams["num_classes"] == 4
 
 
 @pytest.mark.parametrize(

@@ -214,7 +214,11 @@ class LucidCLI(LightningCLI):
         self.datamodule: Any = None
         self.trainer: Any = None
         if verb == "fit":
-            self.datamodule = LucidDataModule(**_kwargs(cfg.data))
+            data = _kwargs(cfg.data)
+            if self.resume is not None and data.get("classes") is None:
+                # the run's own classes: one started before D22's rule kept an empty category
+                data["classes"] = self.resume.checkpoint.hyper_parameters.get("category_ids")
+            self.datamodule = LucidDataModule(**data)
             self.datamodule.setup("fit")  # a split with no usable image stops here
             _share_cores(self.datamodule.num_workers)
             task = self.datamodule.task
