@@ -248,3 +248,67 @@ def test_coco_document_round_trips_through_the_reader(tmp_path: Path, write_doc:
     )
     again = read_coco(tmp_path / "again.json", tmp_path / "img", task="segment")
     assert again.records[0].targets.allclose(index.records[0].targets)
+
+
+def _inside(rings: list[np.ndarray], height: int, width: int) -> np.ndarray:
+    """The pixels whose centre lies inside any of ``rings`` (even-odd ray casting)."""
+    yy, xx = np.mgrid[0:height, 0:width] + 0.5
+    out = np.zeros((height, width), bool)
+    for ring in rings:
+        inside = np.zeros((height, width), bool)
+        for (x0, y0), (x1, y1) in zip(ring, np.roll(ring, -1, 0), strict=True):
+            if y0 == y1:
+                continue
+            crosses = (yy >= min(y0, y1)) & (yy < max(y0, y1))
+            inside ^= crosses & (xx < x0 + (yy - y0) * (x1 - x0) / (y1 - y0))
+        out |= inside
+    return out
+
+
+def test_rle_masks_are_traced_to_rings_that_hold_exactly_their_pixels(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """Segment: a run-length mask (compressed or not) becomes the outer boundary of each of its
+    parts along pixel edges, joined into one ring: the same pixels (holes filled, as the authors'
+    converter keeps outer contours), the mask's extent; one that is not its image's is counted."""
+    from pycocotools import mask as coco_mask
+
+    from lucid_train.data.mask_rings import RleError, rle_rings
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):  # our decoder of the compressed counts against pycocotools' encoder
+        h, w = (int(v) for v in rng.integers(1, 40, 2))
+        noise = (rng.random((h, w)) > rng.random()).astype(np.uint8)
+        text = coco_mask.encode(np.asfortranarray(noise))["counts"].decode()
+        rings = rle_rings({"size": [h, w], "counts": text}, h, w)
+        assert (_inside(rings, h, w) >= noise.astype(bool)).all()
+    # counts that would overrun the declared image are refused before anything is expanded
+    big = coco_mask.encode(np.asfortranarray(np.ones((48, 64), np.uint8)))["counts"].decode()
+    with pytest.raises(RleError, match="do not cover"):
+        rle_rings({"size": [24, 32], "counts": big}, 24, 32)
+    for _ in range(50):  # rectangles that overlap, touch at corners or stand apart
+        m = np.zeros((48, 64), np.uint8)
+        for _ in range(int(rng.integers(1, 4))):
+            y, x = rng.integers(0, 40), rng.integers(0, 56)
+            m[y : y + rng.integers(1, 9), x : x + rng.integers(1, 9)] = 1
+        rle = coco_mask.encode(np.asfortranarray(m))
+        rings = rle_rings({"size": [48, 64], "counts": rle["counts"].decode()}, 48, 64)
+        assert (_inside(rings, 48, 64) == m.astype(bool)).all()
+    ring_mask = np.zeros((48, 64), np.uint8)
+    ring_mask[10:20, 10:30] = 1
+    ring_mask[13:17, 15:25] = 0  # a hole
+    flat = ring_mask.ravel(order="F")
+    edges = np.flatnonzero(np.diff(flat)) + 1
+    counts = np.diff(np.concatenate([[0], edges, [flat.size]])).tolist()  # starts with zeros
+    anns = [
+        _ann(1, bbox=[10, 10, 20, 10], segmentation={"size": [48, 64], "counts": counts}),
+        _ann(2, segmentation={"size": [24, 32], "counts": [768]}),
+        _ann(3, segmentation={"size": [48, 64], "counts": "not an rle"}),
+    ]
+    index = read_coco(write_doc(tmp_path, _doc(anns)), tmp_path / "img", task="segment")
+    (ring,) = index.records[0].targets.polygons or ()
+    filled = np.zeros((48, 64), bool)
+    filled[10:20, 10:30] = True
+    assert (_inside([ring.astype(np.float64)], 48, 64) == filled).all()
+    np.testing.assert_allclose([*ring.min(0), *ring.max(0)], [10, 10, 30, 20])
+    assert index.report.counts == {"RLE mask that does not read as its image's": 2}

@@ -4,7 +4,8 @@ What is read, per task:
 
 * every task: ``bbox`` ``[x, y, w, h]`` → xyxy clipped to the image; contiguous labels follow
   the categories sorted by id, and `DatasetSchema.category_ids` maps them back.
-* ``segment``: the polygon rings of ``segmentation`` (each at least 3 points), an object's
+* ``segment``: the polygon rings of ``segmentation`` (each at least 3 points), or the outer
+  boundary of each part of its run-length mask (`lucid_train.data.mask_rings`), an object's
   parts joined into one ring (`lucid_train.data.polygons.merge_rings`).
 * ``obb``: the first ring must have exactly 4 points; it becomes a minimum-area rotated box, and
   ``boxes`` is that box's envelope.
@@ -24,8 +25,8 @@ list of the wrong length, and any field of the wrong type (an id that is not an 
 ``bbox`` that is not four finite numbers, a size that is not a positive integer, ...): each names
 the file, the entry (``annotations[3]``) and the fix.
 Counted skips: crowd regions, empty boxes (after clipping to the image), rings with fewer than 3
-points or an odd count of coordinates (or not 4 points for obb), RLE masks, missing / unreadable
-image files.
+points or an odd count of coordinates (or not 4 points for obb), RLE masks that do not decode as
+their image's (segment; obb reads polygons only), missing / unreadable image files.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import numpy as np
 
 from lucid_train.data.image_io import Verify, check_image
 from lucid_train.data.input_checks import float32_finite, read_text
+from lucid_train.data.mask_rings import RleError, rle_rings
 from lucid_train.data.polygons import merge_rings
 from lucid_train.data.records import (
     DataFormatError,
@@ -291,6 +293,43 @@ def clip_box(xywh: Sequence[float] | np.ndarray, width: int, height: int) -> np.
     return None if box[2] <= box[0] or box[3] <= box[1] else box
 
 
+def _ring(
+    seg: Any, task: Task, width: int, height: int, aid: str, report: LoadReport
+) -> np.ndarray | None:
+    """The one ring ``(P, 2)`` of an annotation's ``segmentation``, or None with the skip counted.
+    Segment: every polygon ring, or the outer boundary of every part of an RLE mask, joined into
+    one (`merge_rings`; assumptions D4); obb: the first ring, exactly 4 points."""
+    if task == "segment" and isinstance(seg, dict):
+        try:
+            found = rle_rings(seg, height, width)
+        except RleError as err:
+            report.skip("RLE mask that does not read as its image's", f"{aid} ({err})")
+            return None
+        if not found:
+            report.skip("empty RLE mask", aid)
+            return None
+        return found[0] if len(found) == 1 else merge_rings(found)
+    if not isinstance(seg, list) or not seg:
+        report.skip("no segmentation (missing, empty or RLE for obb)", aid)
+        return None
+    # segment: every ring is a part of the object, joined into one (assumptions D4)
+    parts = [
+        _numbers(r, aid, "'segmentation' ring") for r in (seg if task == "segment" else seg[:1])
+    ]
+    good = [r.reshape(-1, 2) for r in parts if r.size % 2 == 0 and r.size >= 6]
+    if not good:
+        reason = "an odd count of coordinates" if parts[0].size % 2 else "fewer than 3 points"
+        report.skip(f"polygon with {reason}", aid)
+        return None
+    if len(good) < len(parts):
+        report.skip("polygon part with an odd count or < 3 points (the rest kept)", aid)
+    ring = good[0] if len(good) == 1 else merge_rings(good)
+    if task == "obb" and ring.shape[0] != 4:
+        report.skip("rotated ring without exactly 4 points", aid)
+        return None
+    return ring
+
+
 def _image_targets(
     anns: list[tuple[int, dict[str, Any]]],
     schema: DatasetSchema,
@@ -327,24 +366,8 @@ def _image_targets(
             report.skip("empty box (no area inside the image)", aid)
             continue
         if task in ("segment", "obb"):
-            seg = ann.get("segmentation")
-            if not isinstance(seg, list) or not seg:
-                report.skip("no polygon segmentation (RLE or missing)", aid)
-                continue
-            # segment: every ring is a part of the object, joined into one (assumptions D4)
-            read = seg if task == "segment" else seg[:1]
-            parts = [_numbers(r, aid, "'segmentation' ring") for r in read]
-            good = [r.reshape(-1, 2) for r in parts if r.size % 2 == 0 and r.size >= 6]
-            if not good:
-                odd = parts[0].size % 2
-                reason = "an odd count of coordinates" if odd else "fewer than 3 points"
-                report.skip(f"polygon with {reason}", aid)
-                continue
-            if len(good) < len(parts):
-                report.skip("polygon part with an odd count or < 3 points (the rest kept)", aid)
-            ring = good[0] if len(good) == 1 else merge_rings(good)
-            if task == "obb" and ring.shape[0] != 4:
-                report.skip("rotated ring without exactly 4 points", aid)
+            ring = _ring(ann.get("segmentation"), task, width, height, aid, report)
+            if ring is None:
                 continue
             rings.append(ring)
         if task == "pose":
