@@ -4,9 +4,13 @@ The segment pipeline carries polygons (they follow every warp exactly), so a mas
 (``{"size": [h, w], "counts": ...}``, compressed or not) is traced once, at load: every pixel
 edge between the mask and the rest is a unit step with the mask on its left, the steps are
 chained into closed loops, and each loop that winds the outer way (not a hole) is one ring,
-its straight runs reduced to their ends. A ring runs along pixel edges, so it encloses exactly
-the mask's pixels of its part and spans the mask's own extent (COCO's ``bbox`` of it); holes
-are filled, as the authors' converter keeps outer contours only (assumptions D4).
+its straight runs reduced to their ends. A ring runs along pixel edges, as an annotator's polygon
+round the part would: it encloses exactly the part's pixels and spans the mask's own extent
+(COCO's ``bbox`` of it), and the training masks fill it as they fill any polygon (the authors'
+raster, `lucid_train.data.masks.fill_ring`, also takes the row and column on its far edges).
+The authors' converter traces through the boundary pixels' indices instead, so their box of
+such a part is a pixel narrower and shorter than its ``bbox``. Holes are filled, as the authors'
+outer contours fill them (assumptions D4).
 """
 
 from __future__ import annotations
