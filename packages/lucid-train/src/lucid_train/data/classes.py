@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
+from lucid_train.data.records import DataFormatError, DatasetIndex, DatasetSchema, ImageRecord
 
 __all__ = ["annotated_classes", "restrict_classes", "unannotated_line"]
 
@@ -55,14 +55,19 @@ def unannotated_line(schema: DatasetSchema, kept: Sequence[int]) -> str:
 def restrict_classes(index: DatasetIndex, category_ids: Sequence[int]) -> DatasetIndex:
     """``index`` with the classes ``category_ids`` (the dataset's ids, in the schema's order
     after restriction) and its labels renumbered to them; an annotation of another category is
-    skipped and counted in the load report. Raises ValueError for an id the schema lacks."""
+    skipped and counted in the load report.
+
+    Raises:
+        DataFormatError: an id the data's categories lack (a checkpoint of other data).
+    """
     schema = index.schema
     wanted = set(int(c) for c in category_ids)
     missing = sorted(wanted - set(schema.category_ids))
     if missing:
-        raise ValueError(
+        raise DataFormatError(
             f"{index.report.source}: categories {missing} are classes of the model but not of "
-            f"the data (ids {list(schema.category_ids)}); validate on the data it was trained on"
+            f"the data (ids {list(schema.category_ids)}); use the data it was trained on, or "
+            "--data.classes with ids of this data"
         )
     keep = [i for i, cid in enumerate(schema.category_ids) if cid in wanted]
     if len(keep) == schema.num_classes:
