@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from lucid_train.data import LucidDataModule, read_coco, write_yolo
+from lucid_train.data.classes import ClassesError
 from lucid_train.data.records import DatasetIndex, Task
 
 # the built-in detect set's categories are ids 1-3; these two have no annotation
@@ -93,8 +94,10 @@ def test_given_classes_skip_and_count_the_annotations_of_others(
         of_two
     )
     assert _labels_name_their_annotations(val, root, "val") > 0
-    with pytest.raises(ValueError, match=r"categories \[9\] are classes of the model but not"):
+    with pytest.raises(ClassesError, match=r"classes \[9\] are not categories of this data"):
         LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 9))._index("val")
+    with pytest.raises(ClassesError, match="expected at least one category id"):
+        LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=())._index("val")
 
 
 def test_yolo_txt_keeps_every_name_as_the_authors_trainer_reads_it(

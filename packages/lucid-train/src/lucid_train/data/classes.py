@@ -16,9 +16,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from lucid_train.data.records import DataFormatError, DatasetIndex, DatasetSchema, ImageRecord
+from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
+from lucid_train.errors import LucidError
 
-__all__ = ["annotated_classes", "restrict_classes", "unannotated_line"]
+__all__ = ["ClassesError", "annotated_classes", "restrict_classes", "unannotated_line"]
+
+
+class ClassesError(LucidError, ValueError):
+    """The classes asked for do not fit the data (none, or ids it lacks)."""
 
 
 def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None:
@@ -58,16 +63,18 @@ def restrict_classes(index: DatasetIndex, category_ids: Sequence[int]) -> Datase
     skipped and counted in the load report.
 
     Raises:
-        DataFormatError: an id the data's categories lack (a checkpoint of other data).
+        ClassesError: no id, or one the data's categories lack (a checkpoint of other data).
     """
     schema = index.schema
     wanted = set(int(c) for c in category_ids)
+    if not wanted:
+        raise ClassesError("--data.classes: expected at least one category id, got none")
     missing = sorted(wanted - set(schema.category_ids))
     if missing:
-        raise DataFormatError(
-            f"{index.report.source}: categories {missing} are classes of the model but not of "
-            f"the data (ids {list(schema.category_ids)}); use the data it was trained on, or "
-            "--data.classes with ids of this data"
+        raise ClassesError(
+            f"{index.report.source}: classes {missing} are not categories of this data (ids "
+            f"{list(schema.category_ids)}); give --data.classes ids of this data, or validate a "
+            "checkpoint on the data it was trained on"
         )
     keep = [i for i, cid in enumerate(schema.category_ids) if cid in wanted]
     if len(keep) == schema.num_classes:
