@@ -1,0 +1,94 @@
+"""Reading a COCO segment file as the authors' converter does (assumptions D4, D22): the same
+file through our reader and through Ultralytics' own `convert_coco`, whose YOLO labels are what
+their trainer reads. Objects of several polygon rings and run-length masks, with a category
+that no annotation uses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from lucid_train.data import read_coco
+from lucid_train.data.classes import annotated_classes, restrict_classes
+from lucid_train.data.masks import fill_ring
+
+W, H = 96, 64
+STRIDE = 4  # the training masks' resolution (both trainers)
+
+
+def _square(x: int, y: int, side: int) -> list[int]:
+    return [x, y, x + side, y, x + side, y + side, x, y + side]
+
+
+def _rle(mask: np.ndarray) -> dict[str, object]:
+    from pycocotools import mask as coco_mask
+
+    rle = coco_mask.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return {"size": [H, W], "counts": rle["counts"].decode()}
+
+
+def test_several_rings_and_rle_masks_read_as_the_authors_converter_writes_them(
+    tmp_path: Path,
+) -> None:
+    from ultralytics.data.converter import convert_coco
+    from ultralytics.data.utils import polygon2mask
+
+    blobs = np.zeros((H, W), bool)
+    blobs[40:52, 60:70] = True
+    blobs[44:60, 76:90] = True
+    blobs[46:50, 80:84] = False  # a hole: outer contours fill it on both sides
+    rings = [_square(4, 4, 10), [30, 20, 44, 20, 37, 34]]
+    anns = [
+        {"bbox": [4, 4, 40, 30], "category_id": 1, "segmentation": rings},
+        {"bbox": [50, 2, 32, 20], "category_id": 2,
+         "segmentation": [_square(50, 2, 8), _square(70, 10, 12), _square(60, 14, 5)]},
+        {"bbox": [60, 40, 30, 20], "category_id": 2, "segmentation": _rle(blobs)},
+    ]  # fmt: skip
+    doc = {
+        "images": [{"id": 1, "file_name": "a.png", "width": W, "height": H}],
+        "annotations": [
+            {**a, "id": i + 1, "image_id": 1, "iscrowd": 0} for i, a in enumerate(anns)
+        ],
+        # id 0 without annotations, as an exporter writes the dataset's own name
+        "categories": [{"id": 0, "name": "set"}, {"id": 1, "name": "a"}, {"id": 2, "name": "b"}],
+    }
+    (tmp_path / "images").mkdir()
+    Image.new("RGB", (W, H), (90, 90, 90)).save(tmp_path / "images" / "a.png")
+    (tmp_path / "ann").mkdir()
+    (tmp_path / "ann" / "instances_train.json").write_text(json.dumps(doc))
+
+    convert_coco(str(tmp_path / "ann"), str(tmp_path / "yolo"), use_segments=True, cls91to80=False)
+    rows = [
+        np.array(line.split(), np.float64)
+        for line in (tmp_path / "yolo" / "labels" / "train" / "a.txt").read_text().splitlines()
+    ]
+    ann = tmp_path / "ann" / "instances_train.json"
+    index = read_coco(ann, tmp_path / "images", task="segment")
+    kept = annotated_classes([index])
+    assert kept == (1, 2)
+    index = restrict_classes(index, kept)
+    targets = index.records[0].targets
+    assert targets.polygons is not None and len(rows) == len(targets) == 3
+
+    for i, row in enumerate(rows):
+        # their class is category_id - 1: with the empty id 0 left out, the same indices
+        assert int(row[0]) == int(targets.labels[i])
+        theirs = row[1:].reshape(-1, 2) * (W, H)
+        ours = targets.polygons[i].astype(np.float64)
+        their_cells = polygon2mask((H, W), [theirs.ravel()], 1, STRIDE).astype(bool)
+        grid = np.zeros((H // STRIDE, W // STRIDE), np.int16)
+        fill_ring(grid, ours, 1, STRIDE)
+        our_cells = grid.astype(bool)
+        if i < 2:  # polygon rings: the same extent; cells apart only where the bridges run
+            np.testing.assert_allclose(theirs.min(0), ours.min(0), atol=1e-3)
+            np.testing.assert_allclose(theirs.max(0), ours.max(0), atol=1e-3)
+            assert (our_cells != their_cells).sum() <= 2, i
+        else:  # RLE: ours along pixel edges (the COCO bbox), theirs through the edge pixels
+            np.testing.assert_allclose(ours.min(0), [60, 40])
+            np.testing.assert_allclose(ours.max(0), [90, 60])
+            np.testing.assert_allclose(theirs.min(0), [60, 40], atol=1e-3)
+            np.testing.assert_allclose(theirs.max(0), [89, 59], atol=1e-3)
+            assert (our_cells >= their_cells).all()  # and more on its far edges (D4)
