@@ -61,18 +61,25 @@ def test_boxes_are_xyxy_clipped_and_labels_follow_sorted_category_ids(
 def test_crowd_regions_and_short_rings_are_counted_not_silently_dropped(
     tmp_path: Path, write_doc: Writer
 ) -> None:
-    """iscrowd and a 2-point ring are skipped and each counted in the load report."""
+    """iscrowd is skipped and counted; an object without a usable polygon (a 2-point ring, no
+    segmentation) keeps its box as its mask, counted, as the authors' converter writes a
+    box-shaped polygon for it (assumptions D4)."""
     ring = [10, 5, 30, 5, 30, 15, 10, 15]
     anns = [
         _ann(1, segmentation=[ring]),
         _ann(2, segmentation=[ring], iscrowd=1),
-        _ann(3, segmentation=[[1, 1, 2, 2]]),
+        _ann(3, segmentation=[[1, 1, 2, 2]], bbox=[40, 20, 10, 8]),
+        _ann(4),
     ]
     index = read_coco(write_doc(tmp_path, _doc(anns)), tmp_path / "img", task="segment")
-    assert len(index.records[0].targets) == 1
+    targets = index.records[0].targets
+    assert len(targets) == 3 and targets.polygons is not None
+    np.testing.assert_allclose(targets.polygons[1], [[40, 20], [50, 20], [50, 28], [40, 28]])
+    np.testing.assert_allclose(targets.polygons[2], [[10, 5], [30, 5], [30, 15], [10, 15]])
     assert index.report.counts == {
         "crowd region (scored by evaluation, not trained on)": 1,
-        "polygon with fewer than 3 points": 1,
+        "polygon with fewer than 3 points: kept, its box as the mask": 1,
+        "no segmentation: kept, its box as the mask": 1,
     }
     assert "annotation 3" in index.report.summary()
 

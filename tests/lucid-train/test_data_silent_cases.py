@@ -98,7 +98,13 @@ def test_a_coco_ring_with_an_odd_count_of_coordinates_is_counted_as_such(
     ann = {"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 8, 6], "segmentation": [ring]}
     _coco(tmp_path, [ann], write_image)
     index = read_split(tmp_path, "train", task="segment", layout="coco")
-    assert index.report.counts == {"polygon with an odd count of coordinates": 1}
+    assert index.report.counts == {
+        "polygon with an odd count of coordinates: kept, its box as the mask": 1
+    }
+    (ring,) = index.records[0].targets.polygons or ()
+    np.testing.assert_allclose(ring, [[1, 1], [9, 1], [9, 7], [1, 7]])
+    obb = read_split(tmp_path, "train", task="obb", layout="coco")
+    assert obb.report.counts == {"polygon with an odd count of coordinates": 1}
 
 
 def test_a_split_without_any_annotation_is_refused_unless_allowed(

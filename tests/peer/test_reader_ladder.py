@@ -1,7 +1,7 @@
 """Reading a COCO segment file as the authors' converter does (assumptions D4, D22): the same
 file through our reader and through Ultralytics' own `convert_coco`, whose YOLO labels are what
 their trainer reads. Objects of several polygon rings and run-length masks, with a category
-that no annotation uses."""
+that no annotation uses, and one without an outline."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def test_several_rings_and_rle_masks_read_as_the_authors_converter_writes_them(
         {"bbox": [50, 2, 32, 20], "category_id": 2,
          "segmentation": [_square(50, 2, 8), _square(70, 10, 12), _square(60, 14, 5)]},
         {"bbox": [60, 40, 30, 20], "category_id": 2, "segmentation": _rle(blobs)},
+        {"bbox": [20, 44, 12, 10], "category_id": 1},  # no outline: its box is the mask
     ]  # fmt: skip
     doc = {
         "images": [{"id": 1, "file_name": "a.png", "width": W, "height": H}],
@@ -71,7 +72,7 @@ def test_several_rings_and_rle_masks_read_as_the_authors_converter_writes_them(
     assert kept == (1, 2)
     index = restrict_classes(index, kept)
     targets = index.records[0].targets
-    assert targets.polygons is not None and len(rows) == len(targets) == 3
+    assert targets.polygons is not None and len(rows) == len(targets) == 4
 
     for i, row in enumerate(rows):
         # their class is category_id - 1: with the empty id 0 left out, the same indices
@@ -82,7 +83,7 @@ def test_several_rings_and_rle_masks_read_as_the_authors_converter_writes_them(
         grid = np.zeros((H // STRIDE, W // STRIDE), np.int16)
         fill_ring(grid, ours, 1, STRIDE)
         our_cells = grid.astype(bool)
-        if i < 2:  # polygon rings: the same extent; cells apart only where the bridges run
+        if i != 2:  # polygon rings or the box: the same extent; cells apart where bridges run
             np.testing.assert_allclose(theirs.min(0), ours.min(0), atol=1e-3)
             np.testing.assert_allclose(theirs.max(0), ours.max(0), atol=1e-3)
             assert (our_cells != their_cells).sum() <= 2, i

@@ -28,8 +28,9 @@ class ClassesError(LucidError, ValueError):
 
 def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None:
     """The category ids of the classes to train from the splits ``indices`` (one schema): those
-    with an annotation in any of them, in the schema's order; None when that is every category or
-    when a split was not read from a COCO file."""
+    with an annotation in any of them, in the schema's order; None when that is every category,
+    when none is (``allow_empty``'s background-only splits) or when a split was not read from a
+    COCO file."""
     indices = list(indices)
     if not indices or any(index.coco_json is None for index in indices):
         return None
@@ -38,7 +39,7 @@ def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None
     for index in indices:
         for record in index.records:
             used[record.targets.labels] = True
-    if used.all():
+    if used.all() or not used.any():  # none annotated: a background-only fit keeps them all
         return None
     return tuple(cid for cid, keep in zip(schema.category_ids, used, strict=True) if keep)
 

@@ -26,7 +26,8 @@ list of the wrong length, and any field of the wrong type (an id that is not an 
 the file, the entry (``annotations[3]``) and the fix.
 Counted skips: crowd regions, empty boxes (after clipping to the image), rings with fewer than 3
 points or an odd count of coordinates (or not 4 points for obb), RLE masks that do not decode as
-their image's (segment; obb reads polygons only), missing / unreadable image files.
+their image's (segment; obb reads polygons only), missing / unreadable image files. Counted, not
+skipped: a segment object without a usable outline keeps its box as its ring.
 """
 
 from __future__ import annotations
@@ -293,15 +294,25 @@ def clip_box(xywh: Sequence[float] | np.ndarray, width: int, height: int) -> np.
     return None if box[2] <= box[0] or box[3] <= box[1] else box
 
 
+def _box_ring(box: np.ndarray) -> np.ndarray:
+    x0, y0, x1, y1 = (float(v) for v in box)
+    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float64)
+
+
 def _ring(
-    seg: Any, task: Task, width: int, height: int, aid: str, report: LoadReport
+    seg: Any, task: Task, box: np.ndarray, size: tuple[int, int], aid: str, report: LoadReport
 ) -> np.ndarray | None:
     """The one ring ``(P, 2)`` of an annotation's ``segmentation``, or None with the skip counted.
+
     Segment: every polygon ring, or the outer boundary of every part of an RLE mask, joined into
-    one (`merge_rings`; assumptions D4); obb: the first ring, exactly 4 points."""
-    if task == "segment" and isinstance(seg, dict):
+    one (`merge_rings`); without a usable polygon, its (clipped) ``box`` as the ring, counted, as
+    the authors' converter writes a box-shaped polygon (the object still trains its box; assumptions
+    D4). Obb: the first ring, exactly 4 points. ``size`` is the image's ``(width, height)``.
+    """
+    segment = task == "segment"
+    if segment and isinstance(seg, dict):
         try:
-            found = rle_rings(seg, height, width)
+            found = rle_rings(seg, size[1], size[0])
         except RleError as err:
             report.skip("RLE mask that does not read as its image's", f"{aid} ({err})")
             return None
@@ -310,15 +321,19 @@ def _ring(
             return None
         return found[0] if len(found) == 1 else merge_rings(found)
     if not isinstance(seg, list) or not seg:
-        report.skip("no segmentation (missing, empty or RLE for obb)", aid)
+        if segment:
+            report.skip("no segmentation: kept, its box as the mask", aid)
+            return _box_ring(box)
+        report.skip("no polygon segmentation (missing, empty or RLE)", aid)
         return None
     # segment: every ring is a part of the object, joined into one (assumptions D4)
-    parts = [
-        _numbers(r, aid, "'segmentation' ring") for r in (seg if task == "segment" else seg[:1])
-    ]
+    parts = [_numbers(r, aid, "'segmentation' ring") for r in (seg if segment else seg[:1])]
     good = [r.reshape(-1, 2) for r in parts if r.size % 2 == 0 and r.size >= 6]
     if not good:
         reason = "an odd count of coordinates" if parts[0].size % 2 else "fewer than 3 points"
+        if segment:
+            report.skip(f"polygon with {reason}: kept, its box as the mask", aid)
+            return _box_ring(box)
         report.skip(f"polygon with {reason}", aid)
         return None
     if len(good) < len(parts):
@@ -366,7 +381,7 @@ def _image_targets(
             report.skip("empty box (no area inside the image)", aid)
             continue
         if task in ("segment", "obb"):
-            ring = _ring(ann.get("segmentation"), task, width, height, aid, report)
+            ring = _ring(ann.get("segmentation"), task, box, (width, height), aid, report)
             if ring is None:
                 continue
             rings.append(ring)
