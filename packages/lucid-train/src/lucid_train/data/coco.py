@@ -40,10 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from lucid_train.data.coco_segmentation import annotation_ring
 from lucid_train.data.image_io import Verify, check_image
-from lucid_train.data.input_checks import float32_finite, read_text
-from lucid_train.data.mask_rings import RleError, rle_rings
-from lucid_train.data.polygons import merge_rings
+from lucid_train.data.input_checks import number_list, read_text
 from lucid_train.data.records import (
     DataFormatError,
     DatasetIndex,
@@ -83,21 +82,6 @@ def _int(entry: dict[str, Any], key: str, where: str, *, positive: bool = False)
         kind = "a positive integer" if positive else "an integer"
         raise DataFormatError(f"{where}: '{key}' must be {kind}, got {v!r:.40}")
     return int(v)
-
-
-def _numbers(value: Any, where: str, what: str) -> np.ndarray:
-    """A flat JSON list of finite numbers (finite as float32 too) as float64."""
-    if not isinstance(value, list) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
-    ):
-        raise DataFormatError(f"{where}: {what} must be a list of numbers, got {value!r:.60}")
-    out = np.asarray(value, np.float64)
-    if not float32_finite(out):
-        raise DataFormatError(
-            f"{where}: {what} holds a non-finite or out-of-range value ({value!r:.60}); "
-            "fix or remove the annotation"
-        )
-    return out
 
 
 def flip_index_from_names(names: Sequence[str]) -> tuple[int, ...]:
@@ -294,57 +278,6 @@ def clip_box(xywh: Sequence[float] | np.ndarray, width: int, height: int) -> np.
     return None if box[2] <= box[0] or box[3] <= box[1] else box
 
 
-def _box_ring(box: np.ndarray) -> np.ndarray:
-    x0, y0, x1, y1 = (float(v) for v in box)
-    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float64)
-
-
-def _ring(
-    seg: Any, task: Task, box: np.ndarray, size: tuple[int, int], aid: str, report: LoadReport
-) -> np.ndarray | None:
-    """The one ring ``(P, 2)`` of an annotation's ``segmentation``, or None with the skip counted.
-
-    Segment: every polygon ring, or the outer boundary of every part of an RLE mask, joined into
-    one (`merge_rings`); without a usable polygon, its (clipped) ``box`` as the ring, counted, as
-    the authors' converter writes a box-shaped polygon (the object still trains its box; assumptions
-    D4). Obb: the first ring, exactly 4 points. ``size`` is the image's ``(width, height)``.
-    """
-    segment = task == "segment"
-    if segment and isinstance(seg, dict):
-        try:
-            found = rle_rings(seg, size[1], size[0])
-        except RleError as err:
-            report.skip("RLE mask that does not read as its image's", f"{aid} ({err})")
-            return None
-        if not found:
-            report.skip("empty RLE mask", aid)
-            return None
-        return found[0] if len(found) == 1 else merge_rings(found)
-    if not isinstance(seg, list) or not seg:
-        if segment:
-            report.skip("no segmentation: kept, its box as the mask", aid)
-            return _box_ring(box)
-        report.skip("no polygon segmentation (missing, empty or RLE)", aid)
-        return None
-    # segment: every ring is a part of the object, joined into one (assumptions D4)
-    parts = [_numbers(r, aid, "'segmentation' ring") for r in (seg if segment else seg[:1])]
-    good = [r.reshape(-1, 2) for r in parts if r.size % 2 == 0 and r.size >= 6]
-    if not good:
-        reason = "an odd count of coordinates" if parts[0].size % 2 else "fewer than 3 points"
-        if segment:
-            report.skip(f"polygon with {reason}: kept, its box as the mask", aid)
-            return _box_ring(box)
-        report.skip(f"polygon with {reason}", aid)
-        return None
-    if len(good) < len(parts):
-        report.skip("polygon part with an odd count or < 3 points (the rest kept)", aid)
-    ring = good[0] if len(good) == 1 else merge_rings(good)
-    if task == "obb" and ring.shape[0] != 4:
-        report.skip("rotated ring without exactly 4 points", aid)
-        return None
-    return ring
-
-
 def _image_targets(
     anns: list[tuple[int, dict[str, Any]]],
     schema: DatasetSchema,
@@ -371,7 +304,7 @@ def _image_targets(
             continue
         if "bbox" not in ann:
             raise DataFormatError(f"{aid}: missing 'bbox' [x, y, width, height]; add it")
-        xywh = _numbers(ann["bbox"], aid, "'bbox'")
+        xywh = number_list(ann["bbox"], aid, "'bbox'")
         if xywh.size != 4:
             raise DataFormatError(
                 f"{aid}: 'bbox' must be [x, y, width, height], got {xywh.size} values"
@@ -381,13 +314,13 @@ def _image_targets(
             report.skip("empty box (no area inside the image)", aid)
             continue
         if task in ("segment", "obb"):
-            ring = _ring(ann.get("segmentation"), task, box, (width, height), aid, report)
+            ring = annotation_ring(ann.get("segmentation"), task, box, (width, height), aid, report)
             if ring is None:
                 continue
             rings.append(ring)
         if task == "pose":
             flat = ann.get("keypoints")
-            values = np.zeros(0) if flat is None else _numbers(flat, aid, "'keypoints'")
+            values = np.zeros(0) if flat is None else number_list(flat, aid, "'keypoints'")
             if values.size != 3 * k:
                 raise DataFormatError(
                     f"{aid}: expected {3 * k} keypoint values ({k} keypoints x (x, y, v)) as the "

@@ -11,13 +11,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from lucid_train.data.records import DataFormatError
 
-__all__ = ["float32_finite", "read_text"]
+__all__ = ["float32_finite", "number_list", "read_text"]
 
 
 def read_text(path: Path) -> str:
@@ -44,3 +45,22 @@ def float32_finite(values: npt.NDArray[np.float64]) -> bool:
     """True when every value is finite and stays finite as float32 (what `Targets` stores)."""
     with np.errstate(over="ignore"):
         return bool(np.isfinite(values.astype(np.float32)).all())
+
+
+def number_list(value: Any, where: str, what: str) -> npt.NDArray[np.float64]:
+    """A flat JSON list of finite numbers (finite as float32 too) as float64.
+
+    Raises:
+        DataFormatError: naming ``where`` and ``what``, for anything else.
+    """
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise DataFormatError(f"{where}: {what} must be a list of numbers, got {value!r:.60}")
+    out = np.asarray(value, np.float64)
+    if not float32_finite(out):
+        raise DataFormatError(
+            f"{where}: {what} holds a non-finite or out-of-range value ({value!r:.60}); "
+            "fix or remove the annotation"
+        )
+    return out
