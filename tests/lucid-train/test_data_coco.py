@@ -277,7 +277,8 @@ def test_rle_masks_are_traced_to_rings_that_hold_exactly_their_pixels(
 ) -> None:
     """Segment: a run-length mask (compressed or not) becomes the outer boundary of each of its
     parts along pixel edges, joined into one ring: the same pixels (holes filled, as the authors'
-    converter keeps outer contours), the mask's extent; one that is not its image's is counted."""
+    converter keeps outer contours), the mask's extent; one that is not its image's keeps its box
+    as the mask, counted."""
     from pycocotools import mask as coco_mask
 
     from lucid_train.data.mask_rings import RleError, rle_rings
@@ -313,9 +314,14 @@ def test_rle_masks_are_traced_to_rings_that_hold_exactly_their_pixels(
         _ann(3, segmentation={"size": [48, 64], "counts": "not an rle"}),
     ]
     index = read_coco(write_doc(tmp_path, _doc(anns)), tmp_path / "img", task="segment")
-    (ring,) = index.records[0].targets.polygons or ()
+    ring, *unread = index.records[0].targets.polygons or ()
     filled = np.zeros((48, 64), bool)
     filled[10:20, 10:30] = True
     assert (_inside([ring.astype(np.float64)], 48, 64) == filled).all()
     np.testing.assert_allclose([*ring.min(0), *ring.max(0)], [10, 10, 30, 20])
-    assert index.report.counts == {"RLE mask that does not read as its image's": 2}
+    # as the authors' converter: an RLE it cannot use leaves the box as the mask, counted
+    assert len(unread) == 2
+    np.testing.assert_allclose(unread[0], [[10, 5], [30, 5], [30, 15], [10, 15]])
+    assert index.report.counts == {
+        "RLE mask that does not read as its image's: kept, its box as the mask": 2
+    }

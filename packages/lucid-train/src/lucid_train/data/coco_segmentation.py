@@ -41,11 +41,12 @@ def annotation_ring(
         try:
             found = rle_rings(seg, size[1], size[0])
         except RleError as err:
-            report.skip("RLE mask that does not read as its image's", f"{aid} ({err})")
-            return None
+            report.skip("RLE mask that does not read as its image's: kept, its box as the mask",
+                        f"{aid} ({err})")  # fmt: skip
+            return _box_ring(box)
         if not found:
-            report.skip("empty RLE mask", aid)
-            return None
+            report.skip("empty RLE mask: kept, its box as the mask", aid)
+            return _box_ring(box)
         return found[0] if len(found) == 1 else merge_rings(found)
     if not isinstance(seg, list) or not seg:
         if segment:
