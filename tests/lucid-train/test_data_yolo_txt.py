@@ -130,7 +130,7 @@ def test_pose_lines_follow_kpt_shape(tmp_path: Path, write_image: Callable[..., 
             "0 0.5 1.2 0.1 0.1",
             r"x.txt:2: value 1.2 is outside \[0, 1\].*divide x by the width",
         ),
-        ("detect", "", "0 0.5 -0.01 0.1 0.1", r"x.txt:2: value -0.01 is outside"),
+        ("detect", "", "0 0.5 -0.02 0.1 0.1", r"x.txt:2: value -0.02 is outside \[0, 1\] by more"),
         (
             "segment",
             "",
@@ -155,7 +155,8 @@ def test_bad_label_lines_name_the_file_and_line(
     line: str,
     match: str,
 ) -> None:
-    """A bad value is refused (not clamped) with file:line and what to do."""
+    """A bad value is refused with file:line and what to do (one outside [0, 1] by more than
+    the authors' 0.01)."""
     first = {
         "detect": "0 0.5 0.5 0.1 0.1",
         "segment": "0 0.1 0.1 0.2 0.2 0.3 0.1",
@@ -165,6 +166,33 @@ def test_bad_label_lines_name_the_file_and_line(
     data = _dataset(tmp_path, write_image, BASE + yaml_extra, {"x": f"{first}\n{line}\n"})
     with pytest.raises(DataFormatError, match=match):
         read_yolo(data, "train", task=task)
+
+
+@pytest.mark.parametrize(
+    ("task", "line", "boxes"),
+    [
+        ("detect", "0 1.004 0.5 0.02 0.1", [[99.4, 22.5, 100, 27.5]]),  # cx past the edge
+        ("detect", "0 0.995 0.5 0.02 0.1", [[98.5, 22.5, 100, 27.5]]),  # in range, box spills
+        ("segment", "0 -0.005 0.1 0.5 0.1 0.5 0.5", [[0, 5, 50, 25]]),
+        ("pose", "0 0.5 0.5 0.2 0.2 1.008 0.5 2 0.5 0.5 2", [[40, 20, 60, 30]]),
+    ],
+)
+def test_values_within_the_authors_slack_of_the_unit_range_are_clipped_and_counted(
+    tmp_path: Path, write_image: Callable[..., Path], task: Task, line: str, boxes: list[float]
+) -> None:
+    """An exporter's rounding (up to 0.01 outside [0, 1]) is read as the authors' loader reads
+    it: the instance clipped to the image, counted; a box that spills over the edge is clipped."""
+    extra = "kpt_shape: [2, 3]\n" if task == "pose" else ""
+    data = _dataset(tmp_path, write_image, BASE + extra, {"x": line})
+    index = read_yolo(data, "train", task=task)
+    targets = index.records[0].targets
+    np.testing.assert_allclose(targets.boxes, boxes, atol=1e-4)
+    counted = index.report.counts.get("label values at most 0.01 outside [0, 1]: clipped", 0)
+    assert counted == (0 if "0.995" in line else 1)
+    if task == "segment":
+        assert targets.polygons is not None and targets.polygons[0][:, 0].min() == 0
+    if task == "pose":
+        assert targets.keypoints is not None and targets.keypoints[0, 0, 0] == 100
 
 
 def test_missing_label_file_differs_from_an_empty_one(

@@ -58,6 +58,9 @@ def label_path(image: Path) -> Path:
 
 # More keypoints than any skeleton has: a larger kpt_shape is a typo, not a dataset.
 MAX_KEYPOINTS = 1000
+# The authors' loader (8.4.190 `verify_image_label`) accepts label values this far outside
+# [0, 1] (an exporter's rounding) and clips the instances to the image; further out is refused.
+SLACK = 0.01
 
 
 def _is_int(v: Any) -> bool:
@@ -273,12 +276,25 @@ def parse_label_text(
         if task == "pose" and dims == 3:
             check = np.concatenate([coords[:4], coords[4:].reshape(k, 3)[:, :2].reshape(-1)])
         if ((check < 0) | (check > 1)).any():
-            bad = float(check[(check < 0) | (check > 1)][0])
-            raise DataFormatError(
-                f"{at}: value {bad:g} is outside [0, 1]; YOLO labels are normalised by the image "
-                "size: divide x by the width and y by the height (lucid refuses rather than clamps)"
-            )
-        extent = coords[2:4] if task in ("detect", "pose") else None
+            far = (check < -SLACK) | (check > 1 + SLACK)
+            if far.any():
+                raise DataFormatError(
+                    f"{at}: value {float(check[far][0]):g} is outside [0, 1] by more than {SLACK}; "
+                    "YOLO labels are normalised by the image size: divide x by the width and y by "
+                    "the height"
+                )
+            if report is not None:
+                report.skip(f"label values at most {SLACK} outside [0, 1]: clipped", at)
+            if task != "detect":  # points (box corners for detect and pose are clipped below)
+                head = 4 if task == "pose" else 0
+                pts = coords[head:].reshape(-1, dims if task == "pose" else 2)
+                pts[:, :2] = pts[:, :2].clip(0, 1)
+        extent = None
+        if task in ("detect", "pose"):  # the box, clipped to the image as the authors' loader
+            cx, cy, w, h = coords[:4] * np.tile(scale, 2)
+            box = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+            box = box.clip(0, np.tile(scale, 2))
+            extent = box[2:] - box[:2]
         if task == "segment":
             ring = coords.reshape(-1, 2) * scale
             extent = ring.max(0) - ring.min(0)
@@ -288,8 +304,7 @@ def parse_label_text(
             continue
         labels.append(int(cls))
         if task in ("detect", "pose"):
-            cx, cy, w, h = coords[:4] * np.tile(scale, 2)
-            boxes.append([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+            boxes.append(box.tolist())
         if task == "segment":
             rings.append(ring)
             boxes.append([*ring.min(0), *ring.max(0)])
