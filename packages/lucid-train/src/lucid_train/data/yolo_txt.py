@@ -10,11 +10,11 @@ instance per line, every coordinate normalised to ``[0, 1]`` by the image width 
 * ``obb``:     ``cls x1 y1 x2 y2 x3 y3 x4 y4`` (four corners; fitted to a rotated box)
 
 Values up to `SLACK` outside ``[0, 1]`` are clipped and counted, as the authors' loader accepts
-them; further out they are refused, naming the file and line. Boxes are clipped to the image. An empty
-label file is a background image; a *missing* label file is an error by default (``missing_labels``
-chooses ``skip`` or ``background`` instead, both counted in the load report). A box without area
-(zero width or height) is skipped and counted, as the COCO reader does; so is a label file under
-``labels/`` that no image of the split has.
+them; further out they are refused, naming the file and line. Boxes are clipped to the image.
+An empty label file is a background image; a *missing* label file is an error by default
+(``missing_labels`` chooses ``skip`` or ``background`` instead, both counted in the load
+report). A box without area (zero width or height) is skipped and counted, as the COCO reader
+does; so is a label file under ``labels/`` that no image of the split has.
 """
 
 from __future__ import annotations
