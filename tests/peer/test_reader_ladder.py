@@ -1,7 +1,8 @@
-"""Reading a COCO segment file as the authors' converter does (assumptions D4, D22): the same
-file through our reader and through Ultralytics' own `convert_coco`, whose YOLO labels are what
-their trainer reads. Objects of several polygon rings and run-length masks, with a category
-that no annotation uses, and one without an outline."""
+"""Rung h of the ladder, reading: a COCO segment file as the authors' converter writes it
+(assumptions D4, D22), the same file through our reader and through Ultralytics' own
+`convert_coco`, whose YOLO labels are what their trainer reads (objects of several polygon
+rings and run-length masks, a category that no annotation uses, one without an outline); and
+YOLO label values past [0, 1] where their loader reads them."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
-from lucid_train.data import read_coco
+from lucid_train.data import read_coco, read_yolo
 from lucid_train.data.classes import annotated_classes, restrict_classes
 from lucid_train.data.masks import fill_ring
+from lucid_train.data.records import DataFormatError
 
 W, H = 96, 64
 STRIDE = 4  # the training masks' resolution (both trainers)
@@ -93,3 +96,38 @@ def test_several_rings_and_rle_masks_read_as_the_authors_converter_writes_them(
             np.testing.assert_allclose(theirs.min(0), [60, 40], atol=1e-3)
             np.testing.assert_allclose(theirs.max(0), [89, 59], atol=1e-3)
             assert (our_cells >= their_cells).all()  # and more on its far edges (D4)
+
+
+def test_yolo_values_past_the_unit_range_are_read_where_the_authors_loader_reads_them(
+    tmp_path: Path,
+) -> None:
+    """A label line a hair outside [0, 1] (an exporter's rounding) is read by both loaders, ours
+    clipping and counting it; one further out is refused by ours and dropped as corrupt by
+    theirs (8.4.190 `verify_image_label`), so neither trains it as written."""
+    from ultralytics.data.utils import verify_image_label
+
+    for case, (line, readable) in enumerate(
+        (
+            ("0 1.004 0.5 0.02 0.1", True),
+            ("0 0.5 -0.004 0.2 0.02", True),
+            ("0 1.02 0.5 0.02 0.1", False),
+            ("0 0.5 -0.02 0.2 0.1", False),
+        )
+    ):
+        root = tmp_path / str(case)
+        (root / "images" / "train").mkdir(parents=True)
+        (root / "labels" / "train").mkdir(parents=True)
+        image = root / "images" / "train" / "a.jpg"
+        Image.new("RGB", (W, H), (90, 90, 90)).save(image)
+        label = root / "labels" / "train" / "a.txt"
+        label.write_text(line + "\n")
+        (root / "data.yaml").write_text("path: .\ntrain: images/train\nnames: [a]\n")
+        theirs = verify_image_label((str(image), str(label), "", False, 1, 0, 0, False))
+        assert (theirs[8] == 0) is readable, (line, theirs[-1])  # their corrupt count
+        if readable:
+            index = read_yolo(root / "data.yaml", "train", task="detect")
+            assert len(index.records[0].targets) == 1, line
+            assert sum(index.report.counts.values()) == 1
+        else:
+            with pytest.raises(DataFormatError, match=r"by more than 0\.01"):
+                read_yolo(root / "data.yaml", "train", task="detect")
