@@ -5,8 +5,8 @@ dataset's own name in as category 0, and the YOLO export of the same data leaves
 authors' trainer on that export has one class fewer. A fit therefore trains the categories that
 have an annotation in its train or val split (`annotated_classes`), says which it left out, and
 the checkpoint keeps the ids; validate and test restrict the data to the checkpoint's ids
-(`restrict_classes`). YOLO txt and DOTA keep every name they declare: the authors' trainer reads
-the same ``names`` (their ``nc`` is its length).
+(`restrict_classes`). YOLO txt and DOTA labelTxt keep every class they declare: the authors'
+trainer reads the same ``names`` (their ``nc`` is its length).
 """
 
 from __future__ import annotations
