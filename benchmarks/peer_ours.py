@@ -25,8 +25,10 @@ from peer_common import (
 # batch (assumptions D23; ``+buffer``, the authors' rule, is the default since 2026-12-04) at the
 # authors' cadence, ``+once`` without the load-time resize (one
 # resample, D24; ``+resize`` asks for it explicitly, the default since 2026-12-03) and ``+cpu``
-# paints in the loader workers instead of on the GPU (D18); so an A/B of a data option is one more
-# arm beside the default in the same call.
+# paints in the loader workers instead of on the GPU (D18); ``+allcats`` trains every category of
+# the COCO file, one without annotations too (the rule before 2026-12-05, D22: on a hard set it
+# measures what the empty class costs on its own, the peer keeping the annotated ones); so an A/B
+# of a data option is one more arm beside the default in the same call.
 ARM_OPTIONS = {
     "buffer": ["--data.mosaic_pool", "buffer"],
     "batch": ["--data.mosaic_pool", "batch"],
@@ -36,13 +38,24 @@ ARM_OPTIONS = {
 }
 
 
-def arm_flags(arm: str) -> tuple[str, list[str]]:
-    """The accumulate setting of ``arm`` and the ``lucid fit`` flags of its options."""
+def arm_flags(arm: str, coco_root: str | None = None) -> tuple[str, list[str]]:
+    """The accumulate setting of ``arm`` and the ``lucid fit`` flags of its options
+    (``+allcats`` reads the category ids of the COCO set at ``coco_root``)."""
     accumulate, *options = arm.split("+")
-    unknown = [o for o in options if o not in ARM_OPTIONS]
+    known = sorted([*ARM_OPTIONS, "allcats"])
+    unknown = [o for o in options if o not in known]
     if unknown:
-        raise SystemExit(f"arm {arm!r}: unknown option(s) {unknown}; known: {sorted(ARM_OPTIONS)}")
-    return accumulate, [flag for o in options for flag in ARM_OPTIONS[o]]
+        raise SystemExit(f"arm {arm!r}: unknown option(s) {unknown}; known: {known}")
+    flags: list[str] = []
+    for option in options:
+        if option != "allcats":
+            flags += ARM_OPTIONS[option]
+            continue
+        if coco_root is None:
+            raise SystemExit(f"arm {arm!r}: +allcats needs a COCO set (--set hard or held-out)")
+        doc = json.loads((Path(coco_root) / "annotations" / "train.json").read_text())
+        flags += ["--data.classes", json.dumps(sorted(int(c["id"]) for c in doc["categories"]))]
+    return accumulate, flags
 
 
 def run_ours(
@@ -52,7 +65,7 @@ def run_ours(
     ``accumulate`` is an arm (``arm_flags``)."""
     task = data["task"]
     tag = f"ours-acc{accumulate}"
-    setting, options = arm_flags(accumulate)
+    setting, options = arm_flags(accumulate, data["coco_root"] if data["hard"] else None)
     runs = args.work / f"{tag}-runs"
     if runs.exists():
         shutil.rmtree(runs)

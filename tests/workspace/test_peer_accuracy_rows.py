@@ -182,3 +182,20 @@ def test_epoch_overhead_splits_each_epoch_into_training_validation_and_the_rest(
     assert "between_s" not in rows[2]  # the last epoch has no next one
     # the first epoch (recording, the loader's start) is left out of the medians
     assert overhead.medians(rows) == {"train_s": 0.5, "validate_s": 2.0, "between_s": 1.0}
+
+
+def test_the_allcats_arm_trains_every_category_of_the_coco_file(tmp_path: Path) -> None:
+    """``+allcats`` passes every category id of the set, one without annotations too (the class
+    rule before D22), so an A/B beside the default measures what an empty class costs."""
+    ours = load_benchmark("peer_ours")
+    (tmp_path / "annotations").mkdir()
+    cats = [{"id": 10, "name": "hexagon"}, {"id": 1, "name": "circle"}, {"id": 4, "name": "square"}]
+    doc = {"images": [], "annotations": [], "categories": cats}
+    (tmp_path / "annotations" / "train.json").write_text(json.dumps(doc))
+    assert ours.arm_flags("auto+allcats+once", str(tmp_path)) == (
+        "auto",
+        ["--data.classes", "[1, 4, 10]", "--data.load_resize", "false"],
+    )
+    assert ours.arm_flags("4+batch") == ("4", ["--data.mosaic_pool", "batch"])
+    with pytest.raises(SystemExit, match=r"\+allcats needs a COCO set"):
+        ours.arm_flags("auto+allcats")
