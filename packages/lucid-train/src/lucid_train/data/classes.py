@@ -46,10 +46,11 @@ def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None
 
 def unannotated_line(schema: DatasetSchema, kept: Sequence[int]) -> str:
     """The fit's log line naming the categories left out of the classes."""
+    kept_ids = set(kept)
     left = [
         f"{name!r} (id {cid})"
         for name, cid in zip(schema.class_names, schema.category_ids, strict=True)
-        if cid not in set(kept)
+        if cid not in kept_ids
     ]
     return (
         f"lucid data: {', '.join(left)} without annotations in train or val: not a class of the "

@@ -21,11 +21,6 @@ from lucid_train.data.records import LoadReport, Task
 __all__ = ["annotation_ring"]
 
 
-def _box_ring(box: np.ndarray) -> np.ndarray:
-    x0, y0, x1, y1 = (float(v) for v in box)
-    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float64)
-
-
 def annotation_ring(
     seg: Any, task: Task, box: np.ndarray, size: tuple[int, int], aid: str, report: LoadReport
 ) -> np.ndarray | None:
@@ -37,21 +32,23 @@ def annotation_ring(
     D4). Obb: the first ring, exactly 4 points. ``size`` is the image's ``(width, height)``.
     """
     segment = task == "segment"
+
+    def boxed(reason: str, where: str = aid) -> np.ndarray:
+        report.skip(f"{reason}: kept, its box as the mask", where)
+        x0, y0, x1, y1 = (float(v) for v in box)
+        return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], np.float64)
+
     if segment and isinstance(seg, dict):
         try:
             found = rle_rings(seg, size[1], size[0])
         except RleError as err:
-            report.skip("RLE mask that does not read as its image's: kept, its box as the mask",
-                        f"{aid} ({err})")  # fmt: skip
-            return _box_ring(box)
+            return boxed("RLE mask that does not read as its image's", f"{aid} ({err})")
         if not found:
-            report.skip("empty RLE mask: kept, its box as the mask", aid)
-            return _box_ring(box)
+            return boxed("empty RLE mask")
         return found[0] if len(found) == 1 else merge_rings(found)
     if not isinstance(seg, list) or not seg:
         if segment:
-            report.skip("no segmentation: kept, its box as the mask", aid)
-            return _box_ring(box)
+            return boxed("no segmentation")
         report.skip("no polygon segmentation (missing, empty or RLE)", aid)
         return None
     # segment: every ring is a part of the object, joined into one (assumptions D4)
@@ -60,8 +57,7 @@ def annotation_ring(
     if not good:
         reason = "an odd count of coordinates" if parts[0].size % 2 else "fewer than 3 points"
         if segment:
-            report.skip(f"polygon with {reason}: kept, its box as the mask", aid)
-            return _box_ring(box)
+            return boxed(f"polygon with {reason}")
         report.skip(f"polygon with {reason}", aid)
         return None
     if len(good) < len(parts):

@@ -2,7 +2,7 @@
 
 The segment pipeline carries polygons (they follow every warp exactly), so a mask given as RLE
 (``{"size": [h, w], "counts": ...}``, compressed or not) is traced once, at load: every pixel
-edge between the mask and the rest is a unit step with the mask on its left, the steps are
+edge between the mask and the rest is a unit step with the mask on its right, the steps are
 chained into closed loops, and each loop that winds the outer way (not a hole) is one ring,
 its straight runs reduced to their ends. A ring runs along pixel edges, as an annotator's polygon
 round the part would: it encloses exactly the part's pixels and spans the mask's own extent
@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from lucid_train.data.polygons import signed_area
 
 __all__ = ["RleError", "rle_rings"]
 
@@ -116,11 +118,9 @@ def _loops(mask: npt.NDArray[np.bool_]) -> list[npt.NDArray[np.int64]]:
 
 def _corners(loop: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """``loop`` without the points inside straight runs."""
-    ring = loop
-    before, after = np.roll(ring, 1, 0), np.roll(ring, -1, 0)
-    d1, d2 = ring - before, after - ring
+    d1, d2 = loop - np.roll(loop, 1, 0), np.roll(loop, -1, 0) - loop
     turn: npt.NDArray[np.bool_] = d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0] != 0
-    return ring[turn]
+    return loop[turn]
 
 
 def rle_rings(seg: dict[str, Any], height: int, width: int) -> list[F64]:
@@ -139,8 +139,7 @@ def rle_rings(seg: dict[str, Any], height: int, width: int) -> list[F64]:
     rings = []
     for loop in _loops(crop):
         ring = _corners(loop).astype(np.float64) + np.array([x0, y0], np.float64)
-        x, y = ring[:, 0], ring[:, 1]
-        area = 0.5 * float(x @ np.roll(y, -1) - np.roll(x, -1) @ y)
+        area = signed_area(ring)
         if area > 0:  # the outer way round (y down); holes wind the other way
             rings.append((area, ring))
     return [ring for _, ring in sorted(rings, key=lambda ar: -ar[0])]
