@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,33 @@ def _write_image(
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(np.full((height, width, 3), colour, np.uint8)).save(path)
     return path
+
+
+@pytest.fixture
+def coco_with_categories(
+    small_synthetic: Callable[[Task], Path], tmp_path: Path
+) -> Callable[..., Path]:
+    """``make(before, after=(), edit=None)``: a copy of the small detect set whose COCO files
+    list the category dicts ``before`` ahead of their own and ``after`` behind (no annotation
+    uses them); ``edit(split, doc)`` changes each file further before it is written."""
+
+    def make(
+        before: list[dict[str, Any]],
+        after: list[dict[str, Any]] | None = None,
+        edit: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> Path:
+        root = tmp_path / "with-categories"
+        shutil.copytree(small_synthetic("detect"), root)
+        for split in ("train", "val"):
+            path = root / "annotations" / f"{split}.json"
+            doc = json.loads(path.read_text())
+            doc["categories"] = [*before, *doc["categories"], *(after or [])]
+            if edit is not None:
+                edit(split, doc)
+            path.write_text(json.dumps(doc))
+        return root
+
+    return make
 
 
 @pytest.fixture

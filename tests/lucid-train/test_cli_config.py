@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -160,25 +159,14 @@ def test_a_run_without_config_yaml_resumes_with_its_checkpoints_hyper_parameters
     assert "--model.optimizer AdamW contradicts model.optimizer: SGD" in line and str(old) in line
 
 
-def _with_empty_category(data: Path, root: Path) -> Path:
-    """A copy of ``data`` whose COCO files list one more category, id 0, without annotations."""
-    shutil.copytree(data, root)
-    for split in ("train", "val"):
-        path = root / "annotations" / f"{split}.json"
-        doc = json.loads(path.read_text())
-        doc["categories"].insert(0, {"id": 0, "name": "dataset"})
-        path.write_text(json.dumps(doc))
-    return root
-
-
 @pytest.mark.slow
 def test_validate_and_a_resume_take_the_checkpoints_classes(
-    printed_run: PrintedRun, tmp_path: Path
+    printed_run: PrintedRun, coco_with_categories: Callable[..., Path], tmp_path: Path
 ) -> None:
     """The data's classes follow the checkpoint's (assumptions D22): validate restricts the data
     to them, and a run started before the rule (its empty category a class, no ``classes`` in its
     config) resumes with the classes it trained."""
-    data = _with_empty_category(printed_run.data, tmp_path / "data")
+    data = coco_with_categories([{"id": 0, "name": "dataset"}])  # printed_run's set, id 0 added
     flags = ["--data.root", str(data), "--data.num_workers", "0"]
     cli = LucidCLI(["validate", "--ckpt", str(printed_run.last), *flags], run=False)
     cli.datamodule.setup("validate")

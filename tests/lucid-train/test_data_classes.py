@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,24 +14,11 @@ import pytest
 
 from lucid_train.data import LucidDataModule, read_coco, write_yolo
 from lucid_train.data.classes import ClassesError
-from lucid_train.data.records import DatasetIndex, Task
+from lucid_train.data.records import DatasetIndex
 
 # the built-in detect set's categories are ids 1-3; these two have no annotation
-EMPTY = [{"id": 0, "name": "shapes", "supercategory": "none"}, {"id": 7, "name": "spare"}]
-
-
-def _edited(
-    small_synthetic: Callable[[Task], Path], tmp_path: Path, edit: Callable[[str, Any], None]
-) -> Path:
-    root = tmp_path / "set"
-    shutil.copytree(small_synthetic("detect"), root)
-    for split in ("train", "val"):
-        path = root / "annotations" / f"{split}.json"
-        doc = json.loads(path.read_text())
-        doc["categories"] = [EMPTY[0], *doc["categories"], EMPTY[1]]
-        edit(split, doc)
-        path.write_text(json.dumps(doc))
-    return root
+BEFORE = [{"id": 0, "name": "shapes", "supercategory": "none"}]
+AFTER = [{"id": 7, "name": "spare"}]
 
 
 def _labels_name_their_annotations(index: DatasetIndex, root: Path, split: str) -> int:
@@ -47,9 +33,9 @@ def _labels_name_their_annotations(index: DatasetIndex, root: Path, split: str) 
 
 
 def test_a_fit_leaves_out_coco_categories_without_annotations_and_says_so(
-    small_synthetic: Callable[[Task], Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+    coco_with_categories: Callable[..., Path], caplog: pytest.LogCaptureFixture
 ) -> None:
-    root = _edited(small_synthetic, tmp_path, lambda split, doc: None)
+    root = coco_with_categories(BEFORE, AFTER)
     read = read_coco(root / "annotations" / "train.json", root / "images" / "train", task="detect")
     assert read.schema.category_ids == (0, 1, 2, 3, 7)  # the reader keeps the file's list
     dm = LucidDataModule("detect", root, batch_size=2, num_workers=0)
@@ -63,13 +49,13 @@ def test_a_fit_leaves_out_coco_categories_without_annotations_and_says_so(
 
 
 def test_a_category_annotated_in_val_only_stays_a_class(
-    small_synthetic: Callable[[Task], Path], tmp_path: Path
+    coco_with_categories: Callable[..., Path],
 ) -> None:
     def spare_in_val(split: str, doc: Any) -> None:
         if split == "val":
             doc["annotations"][0]["category_id"] = 7
 
-    root = _edited(small_synthetic, tmp_path, spare_in_val)
+    root = coco_with_categories(BEFORE, AFTER, spare_in_val)
     dm = LucidDataModule("detect", root, batch_size=2, num_workers=0)
     dm.setup("fit")
     assert dm.schema.category_ids == (1, 2, 3, 7)
@@ -77,11 +63,11 @@ def test_a_category_annotated_in_val_only_stays_a_class(
 
 
 def test_given_classes_skip_and_count_the_annotations_of_others(
-    small_synthetic: Callable[[Task], Path], tmp_path: Path
+    coco_with_categories: Callable[..., Path],
 ) -> None:
     """Validate and test pass the checkpoint's ids: another category's annotations are skipped
     and counted (not scored), and an id the data lacks is refused."""
-    root = _edited(small_synthetic, tmp_path, lambda split, doc: None)
+    root = coco_with_categories(BEFORE, AFTER)
     full = read_coco(root / "annotations" / "val.json", root / "images" / "val", task="detect")
     of_two = sum(int((r.targets.labels == 2).sum()) for r in full.records)  # id 2: label 2
     assert of_two > 0
@@ -101,9 +87,9 @@ def test_given_classes_skip_and_count_the_annotations_of_others(
 
 
 def test_yolo_txt_keeps_every_name_as_the_authors_trainer_reads_it(
-    small_synthetic: Callable[[Task], Path], tmp_path: Path
+    coco_with_categories: Callable[..., Path], tmp_path: Path
 ) -> None:
-    root = _edited(small_synthetic, tmp_path, lambda split, doc: None)
+    root = coco_with_categories(BEFORE, AFTER)
     splits = {
         s: read_coco(root / "annotations" / f"{s}.json", root / "images" / s, task="detect")
         for s in ("train", "val")
