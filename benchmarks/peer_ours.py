@@ -218,14 +218,16 @@ def validate_with_lucid(
     from lucid_train.tasks.task_modules import module_class
 
     task = data["task"]
+    module = load_module(weights, task=task) if lucid_checkpoint else None
     dm = LucidDataModule(
         task, data["coco_root"], img_size=args.imgsz, batch_size=args.batch,
         num_workers=args.workers,
+        classes=None if module is None else module.schema.category_ids,
     )  # fmt: skip
-    dm.setup("validate")
-    if lucid_checkpoint:
-        module = load_module(weights, task=task)
-    else:
+    # The peer's weights: the classes a fit of ours trains, as `export_for_peer` gave the peer
+    # (D22: read with train, a category without annotations is not one).
+    dm.setup("validate" if module is not None else "fit")
+    if module is None:
         module = module_class(task)(
             model=f"yolo26n{MODEL_SUFFIX[task]}",
             img_size=args.imgsz,

@@ -15,6 +15,7 @@ import pytest
 from lucid_train.data import LucidDataModule, read_coco, write_yolo
 from lucid_train.data.classes import ClassesError
 from lucid_train.data.records import DatasetIndex
+from lucid_train.tasks.validation import DecodeSettings, Scorers
 
 # the built-in detect set's categories are ids 1-3; these two have no annotation
 BEFORE = [{"id": 0, "name": "shapes", "supercategory": "none"}]
@@ -84,6 +85,29 @@ def test_given_classes_skip_and_count_the_annotations_of_others(
         LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 9))._index("val")
     with pytest.raises(ClassesError, match="expected at least one category id"):
         LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=())._index("val")
+
+
+def test_validation_refuses_data_of_another_class_count_and_names_the_models_ids(
+    coco_with_categories: Callable[..., Path],
+) -> None:
+    """A model fitted on (1, 2, 3) scored on all five categories would have its classes named
+    by the data's list (the peer benchmark's cross-validation scored 0 so): refused, with the
+    ids to pass; the same data restricted to them scores."""
+    root = coco_with_categories(BEFORE, AFTER)
+    fitted = LucidDataModule("detect", root, batch_size=2, num_workers=0)
+    fitted.setup("fit")
+    model = fitted.schema
+    assert model.category_ids == (1, 2, 3)
+    every = LucidDataModule("detect", root, batch_size=2, num_workers=0)
+    every.setup("validate")
+    assert every.schema.num_classes == 5
+    with pytest.raises(
+        ClassesError, match=r"classes=\[1, 2, 3\]\) or --data.classes '\[1, 2, 3\]'"
+    ):
+        Scorers()(model, every, "val", DecodeSettings())
+    kept = LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 2, 3))
+    kept.setup("validate")
+    assert Scorers()(model, kept, "val", DecodeSettings()).schema.category_ids == (1, 2, 3)
 
 
 def test_yolo_txt_keeps_every_name_as_the_authors_trainer_reads_it(

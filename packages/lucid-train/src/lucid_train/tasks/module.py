@@ -410,7 +410,7 @@ class YOLOModule(SteppingModule):
 
     def _start_scoring(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None)
-        self.scorer = self._scorers(self.task, dm, stage, self.decode_settings)
+        self.scorer = self._scorers(self.schema, dm, stage, self.decode_settings)
         self.overlay_samples = []
 
     def on_validation_epoch_start(self) -> None:

@@ -19,6 +19,7 @@ from torch import Tensor
 from lucid_kernels import host_split
 from lucid_models import Detections, ModelOutput, nms_decode, topk_decode
 from lucid_models.postprocessing import masks_on_source
+from lucid_train.data.classes import ClassesError
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
 from lucid_train.evaluation import MultiDecodeEvaluator, RotatedEvaluator
@@ -244,10 +245,24 @@ class Scorers:
         self._index: Any = None
 
     def __call__(
-        self, task: Task, datamodule: Any, stage: str, settings: DecodeSettings
+        self, model: DatasetSchema, datamodule: Any, stage: str, settings: DecodeSettings
     ) -> ValidationScorer:
+        """The scorer of one ``stage`` epoch of a model of schema ``model`` on ``datamodule``'s
+        split. Refuses data of another class count: the scorer names a prediction's class by
+        the data's category list, so the model's classes would be scored as other ones."""
+        task = model.task
         if datamodule is None or not hasattr(datamodule, "coco_ground_truth"):
             raise RuntimeError("validation needs a LucidDataModule (its COCO ground truth)")
+        data = datamodule.schema
+        if data.num_classes != model.num_classes:
+            raise ClassesError(
+                f"the model has {model.num_classes} classes (category ids "
+                f"{list(model.category_ids)}: {', '.join(model.class_names)}), the {stage} data "
+                f"{data.num_classes} ({list(data.category_ids)}); pass the model's ids to the "
+                f"data: LucidDataModule(classes={list(model.category_ids)}) or --data.classes "
+                f"'{list(model.category_ids)}' (a fit leaves out categories without annotations, "
+                "assumptions D22)"
+            )
         gt = None if task == "obb" else datamodule.coco_ground_truth(stage)
         if gt is not None and gt is not self._doc:
             self._doc, self._index = gt, coco_from_dict(gt)
