@@ -86,6 +86,9 @@ def measure(
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
+    module = getattr(step, "module", None)
+    recorders = () if module is None else (module.network_recorder, module.loss_recorder)
+    before = [r.stats.replays for r in recorders]
     ms = wall_ms(step, args.steps, device)
     result: dict[str, Any] = {"wall_ms": round(ms, 3), **getattr(step, "info", {})}
     result.update(profile(step, args.profiled, device))
@@ -93,11 +96,23 @@ def measure(
     result["busy_share"] = round(result["busy_ms"] / ms, 3) if ms else None
     if device.type == "cuda":
         result["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    module = getattr(step, "module", None)
-    if module is not None:
-        stats = [r.stats for r in (module.network_recorder, module.loss_recorder)]
+    if recorders:
+        stats = [r.stats for r in recorders]
         result["replays"] = [s.replays for s in stats]
-        for recorder in (module.network_recorder, module.loss_recorder):
+        if side == "ours_capture":
+            # Every timed and profiled step replays network and loss, or the side is not what
+            # it says (the 2026-12-03 profile's network ran eager: the harness's own hooks).
+            measured = args.steps + args.profiled
+            short = {
+                s.name: dict(s.eager)
+                for s, b in zip(stats, before, strict=True)
+                if s.replays - b < measured
+            }
+            if short:
+                result["not_replayed"] = {
+                    k: {str(r): n for r, n in v.items()} for k, v in short.items()
+                }
+        for recorder in recorders:
             recorder.reset()
     parts.remove()
     return result

@@ -53,9 +53,15 @@ def render(doc: dict[str, Any]) -> str:
         for s in sides:
             if "error" in row[s]:
                 lines.append(f"- {LABEL[s]}: failed: {row[s]['error']}")
+            if row[s].get("not_replayed"):  # its figures are not a replayed step's
+                lines.append(
+                    f"- {LABEL[s]}: **not replayed on every measured step** (eager calls by "
+                    f"recorder and reason: {row[s]['not_replayed']})"
+                )
+        if lines[-1] != "":
+            lines.append("")  # the notes above end their list before the table
         ok = [s for s in sides if "error" not in row[s]]
         if not ok:
-            lines.append("")
             continue
         lines += ["| part (device ms a step) | " + " | ".join(LABEL[s] for s in ok) + " |",
                   "|" + " --- |" * (len(ok) + 1)]  # fmt: skip

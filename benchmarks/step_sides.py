@@ -5,7 +5,8 @@ grid for segment, later instances painted over earlier ones); `ours_step` and `p
 each trainer's step from it, with the part ranges of `step_trace.Parts`:
 
 - ours (`lucid_train`): the task's module at ``loss_capacity`` rows an image, channels-last on
-  CUDA, its recorders on (``capture``: network and loss replayed from CUDA graphs) or off, under
+  CUDA, its recorders on (``capture``: network and loss replayed from CUDA graphs; no part
+  ranges inside the network, whose hooks would keep it from being recorded) or off, under
   fp16 autocast with a GradScaler; then what Lightning and our hooks run around it on one
   device: unscale, clip to norm 10 (``GRADIENT_CLIP``), the optimizer `optimizer=auto` picks
   (`choose_optimizer`; fused AdamW on CUDA for a short run), the scaler's update, ``zero_grad``
@@ -115,9 +116,13 @@ def ours_step(
         targets = with_instance_map(targets, data["instance_map"].to(device))
     pixels = data["images"].to(device)
     net = module.model
-    for name in ("backbone", "neck", "head"):
-        part = getattr(net, name)
-        parts.around_modules(name, part, part)
+    if not capture:
+        # Forward hooks on the network's parts: lucid-capture records no module with Python
+        # hooks (reason `hooks`), so the replayed side has none; its network's kernels come
+        # from one graph launch, in the `network` range, the parts' split is the eager side's.
+        for name in ("backbone", "neck", "head"):
+            part = getattr(net, name)
+            parts.around_modules(name, part, part)
     for branch in (module.criterion.one2many, module.criterion.one2one):
         parts.around_method(branch, "assign", "assigner")
     info = {"optimizer": f"{choice.name}(lr={choice.lr})", "fused": _fused(optimizer)}
