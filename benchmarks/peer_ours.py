@@ -213,6 +213,7 @@ def validate_with_lucid(
 
     from lucid_train.cli.results_files import SaveResults
     from lucid_train.data import LucidDataModule
+    from lucid_train.data.classes import model_classes
     from lucid_train.tasks.module import schema_arguments
     from lucid_train.tasks.restore import load_module
     from lucid_train.tasks.task_modules import module_class
@@ -222,7 +223,7 @@ def validate_with_lucid(
     dm = LucidDataModule(
         task, data["coco_root"], img_size=args.imgsz, batch_size=args.batch,
         num_workers=args.workers,
-        classes=None if module is None else module.schema.category_ids,
+        classes=None if module is None else model_classes(module.schema.category_ids),
     )  # fmt: skip
     # The peer's weights: the classes a fit of ours trains, as `export_for_peer` gave the peer
     # (D22: read with train, a category without annotations is not one).

@@ -60,6 +60,7 @@ from lucid_train.cli.flags import (
 )
 from lucid_train.cli.resume import CONFIG_FILE, Resume, resume_argv
 from lucid_train.data import LucidDataModule
+from lucid_train.data.classes import model_classes
 from lucid_train.distributed import fit_strategy, shared_run_dir
 from lucid_train.model_spec import parse_model
 from lucid_train.run.run_folder import checked_run_dir, writable_folder
@@ -241,7 +242,10 @@ class LucidCLI(LightningCLI):
             data["img_size"] = data["img_size"] or int(
                 self.model.hparams.get("img_size", DEFAULT_IMG_SIZE)
             )
-            data["classes"] = data.get("classes") or _checkpoint_classes(self.model.hparams)
+            # the checkpoint's classes (a fit leaves out categories without annotations, D22)
+            data["classes"] = data.get("classes") or model_classes(
+                self.model.hparams.get("category_ids", ())
+            )
             self.datamodule = LucidDataModule(self.model.task, **data)
         if verb in TRAINER_VERBS:
             self.trainer = self.instantiate_trainer()
@@ -405,14 +409,6 @@ def resolve_precision(precision: str, accelerator: str) -> str:
 
     cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
     return "16-mixed" if cuda else "32-true"
-
-
-def _checkpoint_classes(hparams: Any) -> tuple[int, ...] | None:
-    """The category ids a checkpoint trained, for validate and test to restrict the data to (a
-    fit leaves out COCO categories without annotations, assumptions D22); None where they are
-    its class indices (YOLO txt data, or a module built without ids): the data's list, as is."""
-    ids = tuple(int(c) for c in hparams.get("category_ids", ()))
-    return None if ids == tuple(range(len(ids))) else ids
 
 
 def _share_cores(workers: int) -> None:

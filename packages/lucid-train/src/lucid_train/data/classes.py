@@ -19,7 +19,13 @@ import numpy as np
 from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
 from lucid_train.errors import LucidError
 
-__all__ = ["ClassesError", "annotated_classes", "restrict_classes", "unannotated_line"]
+__all__ = [
+    "ClassesError",
+    "annotated_classes",
+    "model_classes",
+    "restrict_classes",
+    "unannotated_line",
+]
 
 
 class ClassesError(LucidError, ValueError):
@@ -42,6 +48,14 @@ def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None
     if used.all() or not used.any():  # none annotated: a background-only fit keeps them all
         return None
     return tuple(cid for cid, keep in zip(schema.category_ids, used, strict=True) if keep)
+
+
+def model_classes(category_ids: Sequence[int]) -> tuple[int, ...] | None:
+    """The ``classes`` to validate or test a model of these category ids on (a fit leaves out
+    COCO categories without annotations): None where they are its class indices (YOLO txt data,
+    or a module built without ids), the data's list as it is."""
+    ids = tuple(int(c) for c in category_ids)
+    return None if ids == tuple(range(len(ids))) else ids
 
 
 def unannotated_line(schema: DatasetSchema, kept: Sequence[int]) -> str:
