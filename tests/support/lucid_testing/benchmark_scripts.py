@@ -18,5 +18,6 @@ def load_benchmark(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # a dataclass looks its module up there while it is defined
     spec.loader.exec_module(module)
     return module
