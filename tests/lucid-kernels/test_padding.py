@@ -13,6 +13,7 @@ from lucid_kernels import (
     CapacityReport,
     Padded,
     capacity_report,
+    pad_positions,
     pad_to_capacity,
     unpad,
 )
@@ -245,3 +246,28 @@ def test_cuda_padding_and_unpadding_never_synchronise() -> None:
     finally:
         torch.cuda.set_sync_debug_mode(previous)
     assert_same_pieces(back, pieces)
+
+
+@pytest.mark.parametrize("counts", [[3, 0, 5, 1], [0], [0, 0], [4], [2, 2, 2]])
+@pytest.mark.parametrize("capacity", [5, 9])
+def test_positions_from_counts_pad_as_the_split_positions_do(
+    counts: list[int], capacity: int, device: torch.device
+) -> None:
+    """`pad_positions` is `pad_to_capacity` of the flat positions split by the counts, fill -1:
+    the same values, mask, counts and shapes, on the requested device."""
+    positions = torch.arange(sum(counts), dtype=torch.int64, device=device)
+    want = pad_to_capacity(list(torch.split(positions, counts)), capacity, fill=-1)
+    got = pad_positions(counts, capacity, device)
+    for name in ("values", "mask", "counts"):
+        a, b = getattr(got, name), getattr(want, name)
+        assert a.dtype == b.dtype and a.device == b.device, name
+        assert torch.equal(a, b), name
+    assert got.shapes == want.shapes
+
+
+def test_positions_over_capacity_raise_and_no_counts_refused() -> None:
+    """An image over the capacity is refused as `pad_to_capacity` refuses it; so is B = 0."""
+    with pytest.raises(CapacityExceededError, match="image 1 holds 6 rows"):
+        pad_positions([2, 6, 1], 5)
+    with pytest.raises(ValueError, match="at least one count"):
+        pad_positions([], 5)

@@ -95,6 +95,18 @@ def test_tied_scores_keep_the_lower_index(nms_pass: str) -> None:
     assert keep.tolist() == [0]
 
 
+def test_inverted_and_empty_boxes_overlap_nothing(nms_pass: str) -> None:
+    """Boxes inverted in x or y, or of zero width, neither suppress nor are suppressed: the
+    reference's clamped intersection is 0, through either pass."""
+    boxes, scores, labels = _random_boxes(200, 5)
+    boxes[::5, 2] = boxes[::5, 0] - 3  # inverted in x
+    boxes[1::5, 3] = boxes[1::5, 1] - 2  # inverted in y
+    boxes[2::5, 2] = boxes[2::5, 0]  # zero width
+    keep = batched_nms(boxes, scores, labels, 0.5).tolist()
+    assert keep == _naive_nms(boxes, scores, labels, 0.5)
+    assert set(range(0, 200, 5)) | set(range(1, 200, 5)) | set(range(2, 200, 5)) <= set(keep)
+
+
 def _validation_scene(n: int, classes: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
     """What NMS gets in validation: boxes jittered around a few objects (heavy overlap), the
     rest anywhere, scores with ties (fp16 logits' sigmoids repeat), many classes."""
@@ -126,9 +138,10 @@ DEVICES = [
 def test_the_kernel_and_the_block_pass_keep_the_same_boxes_in_the_same_order(
     seed: int, classes: int, device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Dense clusters, tied scores, 300 kept at IoU 0.7 (validation's settings); and a scene
-    with inverted boxes, which the kernel would score otherwise, goes to the block pass. On
-    CUDA the kernel's own sort is not stable: the ranks it is given keep the tie order."""
+    """Dense clusters, tied scores, 300 kept at IoU 0.7 (validation's settings); and the scene
+    with every seventh box inverted (an untrained head's raw distances), which both passes
+    keep alike: an inverted box overlaps nothing. On CUDA the kernel's own sort is not
+    stable: the ranks it is given keep the tie order."""
     pytest.importorskip("torchvision")
     boxes, scores, labels = (t.to(device) for t in _validation_scene(3000, classes, seed))
     inverted = boxes.clone()
@@ -142,6 +155,8 @@ def test_the_kernel_and_the_block_pass_keep_the_same_boxes_in_the_same_order(
         )
     assert len(kept["blocks"][0]) > 100  # a scene where NMS has work to do
     assert kept["kernel"] == kept["blocks"]
+    flipped = set(range(0, len(boxes), 7))
+    assert flipped <= set(kept["kernel"][1])  # every inverted box kept, none suppressing
 
 
 @pytest.mark.parametrize("block", [7, 64])

@@ -284,9 +284,48 @@ def test_validation_figures_are_drawn_at_most_every_interval_and_the_last_at_fit
     report = RunReport(tmp_path)
     for t in (0.0, 10.0, 20.0, DRAW_INTERVAL_S + 1, 40.0):
         clock[0] = t
-        report.diagnostics = types.SimpleNamespace(curves=lambda t=t: f"curves at {t:g}")
+        matched = types.SimpleNamespace(curves=lambda t=t: f"curves at {t:g}")
+        report.diagnostics = types.SimpleNamespace(build=lambda m=matched: m)
         report.on_validation_epoch_end(trainer, module)  # type: ignore[arg-type]
     assert drawn == ["curves at 0", "curves at 31"]
     report.on_fit_end(trainer, module)  # type: ignore[arg-type]
     report.on_fit_end(trainer, module)  # type: ignore[arg-type]
     assert drawn == ["curves at 0", "curves at 31", "curves at 40"]
+
+
+def test_pending_diagnostics_match_as_each_image_added_with_the_score_floor() -> None:
+    """A validation held as host arrays and matched when drawn gives the statistics of adding
+    each image's detections above the floor as they came (the figures do not change)."""
+    import types
+
+    import torch
+
+    from lucid_train.report.run_report import PendingDiagnostics
+
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(2, 6, 2, generator=g) * 50
+    boxes = torch.cat((xy, xy + 5 + torch.rand(2, 6, 2, generator=g) * 20), -1)
+    scores = torch.rand(2, 6, generator=g)
+    labels = torch.randint(0, 2, (2, 6), generator=g)
+    labels[1, 4:] = -1  # padding rows
+    det = types.SimpleNamespace(boxes=boxes, scores=scores, labels=labels, rotated=None)
+    owner = torch.tensor([0, 0, 0, 1, 1])
+    truth = boxes[owner, torch.tensor([0, 1, 2, 0, 3])] + 1.0
+    batch = types.SimpleNamespace(
+        boxes=truth, labels=torch.tensor([0, 1, 1, 0, 1]), batch_idx=owner,
+        difficult=torch.zeros(5, dtype=torch.bool), rboxes=torch.zeros(5, 5),
+    )  # fmt: skip
+    pending = PendingDiagnostics(2, rotated=False, floor=0.2)
+    pending.add_batch(det, batch)  # type: ignore[arg-type]
+    direct = DetectionDiagnostics(num_classes=2)
+    for i in range(2):
+        keep = (labels[i] >= 0) & (scores[i] > 0.2)
+        sel = owner == i
+        direct.add(boxes[i][keep], scores[i][keep], labels[i][keep], truth[sel],
+                   batch.labels[sel], batch.difficult[sel])  # fmt: skip
+    built = pending.build()
+    assert built.images == direct.images == 2
+    np.testing.assert_array_equal(built.matrix, direct.matrix)
+    a, b = built.curves(), direct.curves()
+    np.testing.assert_array_equal(a.ap50, b.ap50)
+    assert built.matrix.sum() > 0

@@ -2,7 +2,8 @@
 
 * :func:`host_split` moves per-image tensors to the host in one transfer.
 * :func:`pad_to_capacity` / :func:`unpad` lay ragged targets out at a fixed capacity with a
-  validity mask, reporting (never truncating) what does not fit.
+  validity mask, reporting (never truncating) what does not fit; :func:`pad_positions` lays out
+  flat row positions from the per-image counts alone.
 * :func:`attention_weights`: attention logits and softmax in at least float32 under autocast.
 * :func:`rle_negative_log_likelihood`: the keypoint RLE density in at least float32 under
   autocast.
@@ -16,6 +17,7 @@ from lucid_kernels.padding import (
     CapacityReport,
     Padded,
     capacity_report,
+    pad_positions,
     pad_to_capacity,
     unpad,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "attention_weights",
     "capacity_report",
     "host_split",
+    "pad_positions",
     "pad_to_capacity",
     "rle_negative_log_likelihood",
     "standard_normal_log_prob",

@@ -42,6 +42,7 @@ __all__ = [
     "CapacityReport",
     "Padded",
     "capacity_report",
+    "pad_positions",
     "pad_to_capacity",
     "unpad",
 ]
@@ -252,6 +253,43 @@ def pad_to_capacity(
         values.view(batch * capacity, *trailing).index_copy_(0, shipped[batch:], torch.cat(holding))
     mask = torch.arange(capacity, device=device).unsqueeze(0) < counts.unsqueeze(1)  # (B, C)
     return Padded(values=values, mask=mask, counts=counts, shapes=shapes)
+
+
+def pad_positions(
+    counts: Sequence[int], capacity: int, device: torch.device | str = "cpu"
+) -> Padded:
+    """The flat row positions ``0 .. T-1`` of rows counted per image, laid out at ``capacity``.
+
+    The same `Padded` as ``pad_to_capacity(list(torch.arange(T).split(counts)), capacity,
+    fill=-1)``, built from the counts alone in a handful of operations (no pieces to check,
+    split or copy): a caller gathers every field of its flat rows by ``values``. Once per
+    training step on the host, where each operation may hand the interpreter to a thread
+    painting the next batch.
+
+    Args:
+        counts: rows per image, ``B >= 1`` host ints.
+        capacity: rows per image in the result, ``>= 0``.
+        device: where the result lives (one host-to-device copy, as `pad_to_capacity`'s).
+
+    Raises:
+        CapacityExceededError: an image holds more than ``capacity`` rows.
+    """
+    report = capacity_report(counts, capacity)
+    if not report.counts:
+        raise ValueError("expected at least one count, got none; a batch needs B >= 1 images")
+    if not report.fits:
+        raise CapacityExceededError(report)
+    batch = len(report.counts)
+    counts_host = torch.tensor(report.counts, dtype=torch.int64)
+    column = torch.arange(capacity, dtype=torch.int64)
+    starts = (torch.cumsum(counts_host, 0) - counts_host).unsqueeze(1)
+    values = torch.where(column < counts_host.unsqueeze(1), starts + column, -1)
+    shipped = _to_device(torch.cat([counts_host, values.reshape(-1)]), torch.device(device))
+    counts_out = shipped[:batch]
+    values = shipped[batch:].view(batch, capacity)
+    mask = torch.arange(capacity, device=shipped.device).unsqueeze(0) < counts_out.unsqueeze(1)
+    shapes = tuple(torch.Size([n]) for n in report.counts)
+    return Padded(values=values, mask=mask, counts=counts_out, shapes=shapes)
 
 
 def unpad(padded: Padded, values: Tensor | None = None) -> list[Tensor]:

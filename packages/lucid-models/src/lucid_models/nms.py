@@ -89,8 +89,12 @@ def batched_nms(
     if (
         kernel is not None
         and len(order) <= KERNEL_MAX.get(boxes.device.type, 0)
-        # finite and not inverted: where the kernel's IoU (unclamped areas, NaN kept) is ours
-        and bool(torch.isfinite(span) & (sorted_boxes[:, 2:] >= sorted_boxes[:, :2]).all())
+        # Where the kernel's IoU decides as ours: finite boxes, a threshold >= 0. An inverted or
+        # empty box overlaps nothing in either (its clamped intersection is 0; the kernel's
+        # unclamped areas make its IoU 0, -0 or NaN, none above the threshold), so it neither
+        # suppresses nor is suppressed; an untrained head's raw distances give many of them.
+        and iou_threshold >= 0
+        and bool(torch.isfinite(span))
     ):
         # ranks as scores: distinct, so the kernel's own (unstable) sort keeps our order
         rank = torch.arange(len(order), 0, -1, dtype=torch.float32, device=boxes.device)

@@ -3,7 +3,7 @@
 A :class:`~lucid_train.data.Batch` carries its ``T`` instances flat, with ``batch_idx`` naming
 each one's image. The assigner and the losses want ``(B, M, ...)`` tensors with a validity mask
 instead, and a recorded (graph-captured) loss wants ``M`` fixed across steps. :func:`pad_targets`
-builds that layout with :func:`lucid_kernels.pad_to_capacity`; nothing is ever truncated.
+builds that layout with :func:`lucid_kernels.pad_positions`; nothing is ever truncated.
 
 Host synchronisation: the per-image counts decide the layout, so they are read on the host. Pad a
 batch while it is still on the host (the DataModule's collate output, before ``to(device)``) and
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Self
 import torch
 from torch import Tensor
 
-from lucid_kernels import CapacityReport, capacity_report, pad_to_capacity
+from lucid_kernels import CapacityReport, capacity_report, pad_positions
 
 if TYPE_CHECKING:
     from lucid_train.data.transport import Batch
@@ -134,9 +134,8 @@ def pad_targets(
     total = int(batch.batch_idx.shape[0])
     device = batch.boxes.device
     # One padding of the flat instance positions; every field is then gathered by them, so a
-    # single host-to-device copy (inside pad_to_capacity) serves all fields.
-    positions = torch.arange(total, dtype=torch.int64, device=device)
-    padded = pad_to_capacity(list(torch.split(positions, per_image)), cap, fill=-1)
+    # single host-to-device copy (inside pad_positions) serves all fields.
+    padded = pad_positions(per_image, cap, device)
     index, mask = padded.values, padded.mask  # (B, M) each
     safe = index.clamp(min=0)
 

@@ -18,8 +18,10 @@ The curves and the matrix come from the end-to-end decode (the deploy path, as t
 the monitored metric, assumptions.md T52/T59) of the validation epoch just run, on the EMA
 weights, in canvas pixels (letterboxing changes no IoU). The module's ``validation_step`` hands
 its decode to `on_validation_batch_end` (``{"e2e": Detections}``); this callback copies the
-detections above the validation score floor and the batch's ground truth to the host once per
-batch. Training steps are untouched: nothing here runs per training batch.
+batch's detections and ground truth to the host once per batch (`PendingDiagnostics`), and
+matches them image by image only when that validation is drawn: most are not, and matching
+every validation cost an eighth of it (256 images, H100, docs/benchmarks/epoch-overhead.md).
+Training steps are untouched: nothing here runs per training batch.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 from lightning.pytorch.callbacks import Callback
 
 from lucid_models import Detections
@@ -36,7 +39,7 @@ from lucid_train.atomic_files import save_image
 from lucid_train.data.transport import Batch
 from lucid_train.evaluation.detection_curves import CurveSet, DetectionDiagnostics
 
-__all__ = ["DRAW_INTERVAL_S", "MOSAIC_IMAGES", "REPORT_FILES", "RunReport"]
+__all__ = ["DRAW_INTERVAL_S", "MOSAIC_IMAGES", "REPORT_FILES", "PendingDiagnostics", "RunReport"]
 
 DRAW_INTERVAL_S = 30.0  # validation figures are redrawn at most this often (and at fit end)
 MOSAIC_IMAGES = 4  # the module keeps predictions of its first 4 validation images (OVERLAY_IMAGES)
@@ -53,6 +56,48 @@ REPORT_FILES = (
 )
 
 
+class PendingDiagnostics:
+    """A validation's detections and ground truth as host arrays, batch by batch, matched into
+    `DetectionDiagnostics` by `build` (when the validation is drawn).
+
+    Args:
+        num_classes: contiguous labels ``0 .. C-1``.
+        rotated: boxes are ``(cx, cy, w, h, theta)``.
+        floor: detections scoring at or below it are left out (the validation score floor).
+    """
+
+    def __init__(self, num_classes: int, rotated: bool, floor: float) -> None:
+        self.num_classes, self.rotated, self.floor = num_classes, rotated, floor
+        self.batches: list[tuple[np.ndarray, ...]] = []
+
+    def add_batch(self, det: Detections, batch: Batch) -> None:
+        """One validation batch's e2e detections (padded ``(B, K, ...)``) and its targets."""
+        if self.rotated:
+            if det.rotated is None:
+                raise ValueError("obb validation decoded no rotated boxes")
+            geometry, gt = det.rotated.cpu().numpy(), batch.rboxes.cpu().numpy()
+        else:
+            geometry, gt = det.boxes.cpu().numpy(), batch.boxes.cpu().numpy()
+        self.batches.append((
+            geometry, det.scores.cpu().numpy(), det.labels.cpu().numpy(), gt,
+            batch.labels.cpu().numpy(), batch.difficult.cpu().numpy(),
+            batch.batch_idx.cpu().numpy(),
+        ))  # fmt: skip
+
+    def build(self) -> DetectionDiagnostics:
+        """Every image matched: the curves' and the confusion matrix's statistics."""
+        diagnostics = DetectionDiagnostics(self.num_classes, rotated=self.rotated)
+        for geometry, scores, labels, gt, gt_labels, gt_difficult, owner in self.batches:
+            for i in range(len(geometry)):
+                keep = (labels[i] >= 0) & (scores[i] > self.floor)
+                sel = owner == i
+                diagnostics.add(
+                    geometry[i][keep], scores[i][keep], labels[i][keep],
+                    gt[sel], gt_labels[sel], gt_difficult[sel],
+                )  # fmt: skip
+        return diagnostics
+
+
 class RunReport(Callback):
     """Label statistics, validation curves, confusion matrices, mosaic and summary of a fit.
 
@@ -62,12 +107,12 @@ class RunReport(Callback):
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        self.diagnostics: DetectionDiagnostics | None = None
+        self.diagnostics: PendingDiagnostics | None = None
         self.curves: CurveSet | None = None
         self._truths: list[dict[str, Any]] = []
         self._drawn_at: float | None = None
         # the last validation's diagnostics, truths and predictions while not yet drawn
-        self._undrawn: tuple[DetectionDiagnostics, list[Any], list[Any]] | None = None
+        self._undrawn: tuple[PendingDiagnostics, list[Any], list[Any]] | None = None
 
     @staticmethod
     def _active(trainer: L.Trainer) -> bool:
@@ -90,7 +135,9 @@ class RunReport(Callback):
         if self._active(trainer):
             task = getattr(pl_module, "task", "detect")
             nc = int(pl_module.hparams.get("num_classes", 0))
-            self.diagnostics = DetectionDiagnostics(nc, rotated=task == "obb")
+            settings = getattr(pl_module, "decode_settings", None)
+            floor = float(getattr(settings, "score_threshold", 0.0))
+            self.diagnostics = PendingDiagnostics(nc, rotated=task == "obb", floor=floor)
 
     def on_validation_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -105,23 +152,7 @@ class RunReport(Callback):
 
         if len(self._truths) < MOSAIC_IMAGES:
             self._truths.extend(truth_records(batch, MOSAIC_IMAGES - len(self._truths)))
-        floor = float(getattr(getattr(pl_module, "decode_settings", None), "score_threshold", 0.0))
-        if self.diagnostics.rotated:
-            if det.rotated is None:
-                raise ValueError("obb validation decoded no rotated boxes")
-            geometry, gt = det.rotated.cpu().numpy(), batch.rboxes.cpu().numpy()
-        else:
-            geometry, gt = det.boxes.cpu().numpy(), batch.boxes.cpu().numpy()
-        scores, labels = det.scores.cpu().numpy(), det.labels.cpu().numpy()
-        owner = batch.batch_idx.cpu().numpy()
-        gt_labels, gt_difficult = batch.labels.cpu().numpy(), batch.difficult.cpu().numpy()
-        for i in range(len(batch)):
-            keep = (labels[i] >= 0) & (scores[i] > floor)
-            sel = owner == i
-            self.diagnostics.add(
-                geometry[i][keep], scores[i][keep], labels[i][keep],
-                gt[sel], gt_labels[sel], gt_difficult[sel],
-            )  # fmt: skip
+        self.diagnostics.add_batch(det, batch)
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.diagnostics is None or not self._active(trainer):
@@ -145,8 +176,9 @@ class RunReport(Callback):
         from lucid_train.report.validation_curves import write_confusion_matrices, write_curve_plots
 
         assert self._undrawn is not None
-        diagnostics, truths, predictions = self._undrawn
+        pending, truths, predictions = self._undrawn
         self._undrawn, self._drawn_at = None, time.monotonic()
+        diagnostics = pending.build()
         names = list(pl_module.hparams.get("class_names", ()))
         self.curves = diagnostics.curves()
         write_curve_plots(self.curves, names, self.run_dir)
