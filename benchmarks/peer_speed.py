@@ -25,6 +25,10 @@ Writes ``OUT/peer-speed.json`` (``{"date", "runs": [{"task", "scale", "batch", "
 ...}]}``) and ``OUT/peer-speed.md``, after every row (a killed run keeps the rows it finished).
 Rows merge into an ``OUT/peer-speed.json`` already there, keyed by (task, scale, batch), so
 each row may run in a device call of its own; ``--fresh`` starts a new file.
+
+``--step-profile PROFILE`` trains nothing: it puts the step efficiencies of a `step_profile.py`
+JSON (kernel time over wall time of one step, ours replayed and eager, theirs) into
+``OUT/peer-speed.json`` as ``step_efficiency`` rows keyed by (task, scale), beside the runs.
 """
 
 from __future__ import annotations
@@ -343,6 +347,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sides", default="peer,capture,eager,loader", help="which sides to run")
     parser.add_argument("--lucid-flags", default="", help="more `lucid fit` flags, one string")
     parser.add_argument("--fresh", action="store_true", help="replace OUT/peer-speed.json")
+    parser.add_argument(
+        "--step-profile", type=Path, default=None, help="train nothing: attach its efficiencies"
+    )
     parser.add_argument("--peer-half", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer_half is None and args.out is None:
@@ -365,6 +372,9 @@ def main(argv: list[str] | None = None) -> None:
         peer_half(args.peer_half)
         return
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.step_profile is not None:
+        attach_step_profile(args.out / "peer-speed.json", args.step_profile)
+        return
     args.work.mkdir(parents=True, exist_ok=True)
     old = [] if args.fresh else read_rows(args.out / "peer-speed.json")
     runs: list[dict[str, Any]] = []
@@ -401,10 +411,39 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return [{**row, "measured": row.get("measured", stamp)} for row in doc["runs"]]
 
 
+def attach_step_profile(path: Path, profile: Path) -> None:
+    """``step_efficiency`` rows of ``path`` (a ``peer-speed.json``) from a `step_profile.py`
+    JSON, one per (task, scale), replacing that key's earlier row; the runs stay as they are."""
+    doc = json.loads(path.read_text())
+    measured = json.loads(profile.read_text())
+    rows = {(r["task"], r["scale"]): r for r in doc.get("step_efficiency", [])}
+    for r in measured["rows"]:
+        replayed = r.get("ours_capture", {})
+        if "efficiency" not in replayed:
+            continue
+        rows[(r["task"], r["scale"])] = {
+            "task": r["task"], "scale": r["scale"], "batch": measured["settings"]["batch"],
+            "size": measured["settings"]["size"],
+            "lucid": replayed["efficiency"],
+            "lucid_eager": r.get("ours_eager", {}).get("efficiency"),
+            "ultralytics": r.get("peer", {}).get("efficiency"),
+            "lucid_replays": replayed.get("replays"),
+            "not_replayed": replayed.get("not_replayed"),
+            "device": measured["device"], "date": measured["date"], "source": profile.name,
+        }  # fmt: skip
+    doc["step_efficiency"] = sorted(rows.values(), key=lambda e: (e["task"], e["scale"]))
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def write_results(out: Path, runs: list[dict[str, Any]], *, partial: bool) -> None:
     """``peer-speed.json`` and ``peer-speed.md`` under ``out`` for every row so far (the merged
-    ones included); each row's ``measured`` says which call measured it."""
+    ones included); each row's ``measured`` says which call measured it. Attached
+    ``step_efficiency`` rows stay."""
+    path = out / "peer-speed.json"
+    kept = json.loads(path.read_text()).get("step_efficiency") if path.is_file() else None
     doc = {**_stamp(), "partial": partial, "runs": runs}
+    if kept:
+        doc["step_efficiency"] = kept
     (out / "peer-speed.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / "peer-speed.md").write_text(table(runs))
 

@@ -76,6 +76,36 @@ def test_write_results_merges_into_the_file_already_there(tmp_path: Path) -> Non
         speed.parse_args(["--out", str(tmp_path), "--scales", "q"])
 
 
+def test_step_efficiencies_attach_beside_the_runs_and_stay_when_rows_are_written(
+    tmp_path: Path,
+) -> None:
+    """`--step-profile` puts each (task, scale)'s efficiencies into peer-speed.json, the runs
+    untouched; a later row written keeps them; a side without an efficiency adds no row."""
+    speed = load_benchmark("peer_speed")
+    rows = load_benchmark("speed_rows")
+    old = {"date": "then", "command": "old", "versions": {}, "runs": [_row("detect", 64, 1, 1)]}
+    (tmp_path / "peer-speed.json").write_text(json.dumps(old))
+    side = {"efficiency": 0.93, "replays": [23, 23]}
+    profile = {"date": "now", "device": "GPU", "settings": {"batch": 64, "size": 640}, "rows": [
+        {"task": "detect", "scale": "n", "ours_capture": side,
+         "ours_eager": {"efficiency": 0.9}, "peer": {"efficiency": 0.84}},
+        {"task": "segment", "scale": "m", "ours_capture": {"error": "OOM"}},
+    ]}  # fmt: skip
+    (tmp_path / "step.json").write_text(json.dumps(profile))
+    speed.main(["--out", str(tmp_path), "--step-profile", str(tmp_path / "step.json")])
+    doc = json.loads((tmp_path / "peer-speed.json").read_text())
+    assert doc["runs"] == old["runs"]
+    (entry,) = doc["step_efficiency"]
+    assert (entry["task"], entry["scale"], entry["lucid"], entry["ultralytics"]) == (
+        "detect", "n", 0.93, 0.84,
+    )  # fmt: skip
+    assert entry["lucid_replays"] == [23, 23] and entry["source"] == "step.json"
+    fake = rows.summarise_row(_row("pose", 64, 300, 150, "s"))
+    speed.write_results(tmp_path, rows.merge_rows(speed.read_rows(tmp_path / "peer-speed.json"),
+                                                  [fake]), partial=False)  # fmt: skip
+    assert json.loads((tmp_path / "peer-speed.json").read_text())["step_efficiency"] == [entry]
+
+
 def _ev(cat: str, name: str, ts: float, dur: float, corr: int | None = None) -> dict:
     event = {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "args": {}}
     if corr is not None:
