@@ -107,6 +107,27 @@ def test_inverted_and_empty_boxes_overlap_nothing(nms_pass: str) -> None:
     assert set(range(0, 200, 5)) | set(range(1, 200, 5)) | set(range(2, 200, 5)) <= set(keep)
 
 
+def test_inverted_boxes_take_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inverted boxes are no reason for the host pass (an early head gives them in most images:
+    docs/benchmarks/nms-speed.md); non-finite boxes and a negative threshold still are."""
+    tv = pytest.importorskip("torchvision")
+    calls: list[int] = []
+
+    def spy(boxes: Tensor, scores: Tensor, threshold: float) -> Tensor:
+        calls.append(len(boxes))
+        return tv.ops.nms(boxes, scores, threshold)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(nms, "_kernel", lambda: spy)
+    boxes, scores, labels = _random_boxes(50, 6)
+    boxes[::3, 2] = boxes[::3, 0] - 4
+    batched_nms(boxes, scores, labels, 0.5)
+    assert calls == [50]
+    batched_nms(boxes, scores, labels, -0.1)
+    boxes[7, 1] = float("nan")
+    batched_nms(boxes, scores, labels, 0.5)
+    assert calls == [50]
+
+
 def _validation_scene(n: int, classes: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
     """What NMS gets in validation: boxes jittered around a few objects (heavy overlap), the
     rest anywhere, scores with ties (fp16 logits' sigmoids repeat), many classes."""
