@@ -60,3 +60,38 @@ def test_decode_settings_are_the_authors_validators(task: str) -> None:
         args.iou,
         args.max_det,
     )
+
+
+def test_the_end_to_end_rows_validated_are_the_authors() -> None:
+    """The e2e path keeps what the authors' validation keeps of the one-to-one head's top rows:
+    the rows above their ``conf`` (their `non_max_suppression`, end2end branch, at test time on
+    our rows), not all 300. Logits are spread around the floor, some a hair under it."""
+    import torch
+    from ultralytics.utils.nms import non_max_suppression
+
+    from lucid_models import BranchOutput, ModelOutput, make_anchors, topk_decode
+    from lucid_train.tasks.validation import decode_paths
+
+    sizes = [(8, 8), (4, 4), (2, 2)]  # 84 anchors, 3 classes
+    g = torch.Generator().manual_seed(0)
+    floor = float(torch.tensor(0.001).logit())
+    logits = floor - 1 + torch.randn(2, 84, 3, generator=g) * 1.5  # a quarter above it
+    logits[0, :5, 1] = floor  # scores a hair under their conf (1e-3 - 2e-10 in float32)
+    branch = BranchOutput(boxes=torch.rand(2, 84, 4, generator=g) * 3, logits=logits)
+    output = ModelOutput(branch, branch, *make_anchors(sizes))
+    settings = module_class("detect")(num_classes=3).decode_settings
+    ours = decode_paths(output, settings)["e2e"]
+    rows = topk_decode(output, max_det=settings.max_det, multi_label=settings.multi_label)
+    table = torch.cat(
+        (rows.boxes, rows.scores[..., None], rows.labels[..., None].float()), -1
+    )  # (B, 300, 6) as their end-to-end head gives it; the padding rows score 0
+    theirs = non_max_suppression(
+        table, settings.score_threshold, settings.iou_threshold, max_det=settings.max_det,
+        end2end=True,
+    )  # fmt: skip
+    for b, kept in enumerate(theirs):
+        valid = ours.labels[b] >= 0
+        assert 0 < int(valid.sum()) == len(kept) < 84  # the floor bites
+        assert torch.equal(ours.scores[b][valid], kept[:, 4])
+        assert torch.equal(ours.labels[b][valid].float(), kept[:, 5])
+        assert torch.equal(ours.boxes[b][valid], kept[:, :4])

@@ -51,7 +51,8 @@ class DecodeSettings:
 
     Attributes:
         max_det: detections per image on both paths.
-        score_threshold: the NMS path's score floor (the e2e path keeps its top-k).
+        score_threshold: both paths' score floor, the authors' ``conf``: their end-to-end
+            validation keeps the top-k rows above it, their NMS path the candidates above it.
         iou_threshold: the NMS IoU.
         max_masks: segment: masks are built for the best ``max_masks`` rows only (COCO reads
             100 per image).
@@ -70,7 +71,12 @@ class DecodeSettings:
 def decode_paths(output: ModelOutput, settings: DecodeSettings) -> dict[str, Detections]:
     """Both decodes of one forward: ``{"e2e": top-k of one2one, "nms": NMS of one2many}``."""
     return {
-        "e2e": topk_decode(output, max_det=settings.max_det, multi_label=settings.multi_label),
+        "e2e": topk_decode(
+            output,
+            max_det=settings.max_det,
+            score_threshold=settings.score_threshold,
+            multi_label=settings.multi_label,
+        ),
         "nms": nms_decode(
             output,
             max_det=settings.max_det,
