@@ -237,22 +237,17 @@ def pad_to_capacity(
     values = torch.full((batch, capacity, *trailing), fill, dtype=first.dtype, device=device)
 
     # Destination row of every real row in values viewed as (B * capacity, *trailing), built on
-    # the host from shapes and shipped with the counts in one copy.
+    # the host from shapes and shipped with the counts in one copy: the slots holding a flat
+    # position, in order (positions rise row-major).
     counts_host = torch.tensor(report.counts, dtype=torch.int64)
-    total = int(counts_host.sum())
-    starts = torch.arange(batch, dtype=torch.int64) * capacity
-    row_in_image = torch.arange(total, dtype=torch.int64) - torch.repeat_interleave(
-        torch.cumsum(counts_host, 0) - counts_host, counts_host
-    )
-    destination = torch.repeat_interleave(starts, counts_host) + row_in_image
+    destination = (_host_positions(counts_host, capacity).reshape(-1) >= 0).nonzero().squeeze(1)
     shipped = _to_device(torch.cat([counts_host, destination]), device)
     counts = shipped[:batch]
 
     holding = [piece for piece in pieces if piece.shape[0] > 0]
     if holding:
         values.view(batch * capacity, *trailing).index_copy_(0, shipped[batch:], torch.cat(holding))
-    mask = torch.arange(capacity, device=device).unsqueeze(0) < counts.unsqueeze(1)  # (B, C)
-    return Padded(values=values, mask=mask, counts=counts, shapes=shapes)
+    return Padded(values=values, mask=_mask(counts, capacity), counts=counts, shapes=shapes)
 
 
 def pad_positions(
@@ -281,15 +276,29 @@ def pad_positions(
         raise CapacityExceededError(report)
     batch = len(report.counts)
     counts_host = torch.tensor(report.counts, dtype=torch.int64)
-    column = torch.arange(capacity, dtype=torch.int64)
-    starts = (torch.cumsum(counts_host, 0) - counts_host).unsqueeze(1)
-    values = torch.where(column < counts_host.unsqueeze(1), starts + column, -1)
-    shipped = _to_device(torch.cat([counts_host, values.reshape(-1)]), torch.device(device))
+    positions = _host_positions(counts_host, capacity)
+    shipped = _to_device(torch.cat([counts_host, positions.reshape(-1)]), torch.device(device))
     counts_out = shipped[:batch]
-    values = shipped[batch:].view(batch, capacity)
-    mask = torch.arange(capacity, device=shipped.device).unsqueeze(0) < counts_out.unsqueeze(1)
     shapes = tuple(torch.Size([n]) for n in report.counts)
-    return Padded(values=values, mask=mask, counts=counts_out, shapes=shapes)
+    return Padded(
+        values=shipped[batch:].view(batch, capacity),
+        mask=_mask(counts_out, capacity),
+        counts=counts_out,
+        shapes=shapes,
+    )
+
+
+def _host_positions(counts: Tensor, capacity: int) -> Tensor:
+    """``(B, capacity)`` int64 on the host: image ``b``'s flat row positions in its first
+    ``counts[b]`` slots, -1 after them (the layout both padders build)."""
+    column = torch.arange(capacity, dtype=torch.int64)
+    starts = (torch.cumsum(counts, 0) - counts).unsqueeze(1)
+    return torch.where(column < counts.unsqueeze(1), starts + column, -1)
+
+
+def _mask(counts: Tensor, capacity: int) -> Tensor:
+    """``(B, capacity)`` bool on ``counts``' device, True on the real rows."""
+    return torch.arange(capacity, device=counts.device).unsqueeze(0) < counts.unsqueeze(1)
 
 
 def unpad(padded: Padded, values: Tensor | None = None) -> list[Tensor]:
