@@ -21,7 +21,7 @@ from lucid_train.run.trainer import build_trainer
 from lucid_train.tasks.module import YOLOModule
 from lucid_train.tasks.restore import load_module
 from lucid_train.tasks.task_modules import module_class
-from lucid_train.tasks.validation import ValidationScorer
+from lucid_train.tasks.validation import DecodeSettings, Scorers, ValidationScorer
 from lucid_train.weights.checkpoint_file import CheckpointTaskError, read_checkpoint_info
 
 TERMS = {
@@ -208,6 +208,23 @@ def test_validation_scores_a_batch_with_an_image_without_instances(
         scorer.update(module.forward_network(batch.float_images()), batch)
     metrics = scorer.compute()
     assert set(metrics) >= {"e2e/mAP50-95", "nms/mAP50-95", "mAP50-95"}
+
+
+def test_a_pose_module_built_from_its_keypoint_count_alone_scores_its_data(
+    small_synthetic: Callable[[str], Path],
+) -> None:
+    """The API takes ``num_keypoints`` and ``flip_index`` without names (the trainer parity
+    fits build it so): its schema names the keypoints by index, and validation's scorer,
+    which reads the module's schema, accepts it (it raised 'flip_index must permute 0..K-1')."""
+    dm = _datamodule(small_synthetic("pose"), "pose")
+    s = dm.schema
+    module = module_class("pose")(
+        num_classes=s.num_classes, num_keypoints=s.num_keypoints, flip_index=s.flip_index
+    )
+    assert module.schema.num_keypoints == s.num_keypoints
+    assert module.schema.flip_index == s.flip_index
+    scorer = Scorers()(module.schema, dm, "val", DecodeSettings())
+    assert scorer.schema.num_classes == s.num_classes
 
 
 def test_a_fit_keeps_what_it_built_out_of_the_cyclic_collector_and_scores_one_index(

@@ -274,11 +274,14 @@ class YOLOModule(SteppingModule):
     def schema(self) -> DatasetSchema:
         """The label schema stored in the hyper-parameters."""
         h = self.hparams
+        names = tuple(h["keypoint_names"])
+        if not names and self.task == "pose":  # built from a count alone: keypoints by index
+            names = tuple(str(k) for k in range(h["num_keypoints"] or 0))
         return DatasetSchema(
             self.task,
             tuple(h["class_names"]),
             tuple(h["category_ids"]),
-            keypoint_names=tuple(h["keypoint_names"]),
+            keypoint_names=names,
             flip_index=tuple(h["flip_index"]),
             skeleton=tuple((int(p[0]), int(p[1])) for p in h["skeleton"]),
         )
