@@ -3,6 +3,11 @@
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 benchmarks/fit_profile.py \\
         --out OUT --epoch 1 --start 2 --batches 12 -- fit --model yolo26n --data.root ROOT ...
 
+With ``--peer``, the authors' trainer instead, under the same window and summary::
+
+    python3 benchmarks/fit_profile.py --out OUT --peer --epoch 1 --start 2 --batches 8 -- \\
+        model=yolo26m.yaml data=WORK/yolo-detect/data-peer.yaml epochs=2 batch=64 workers=14
+
 Runs the ``lucid`` command given after ``--`` in this process with one more callback,
 `ProfileWindow`, which profiles (CPU and CUDA activity) ``--batches`` training batches from
 batch ``--start`` of epoch ``--epoch``, with Python frames unless ``--no-stack`` (they place the
@@ -36,8 +41,10 @@ import torch
 WAITS = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize")
 
 
-class ProfileWindow(L.Callback):
-    """Profiles a window of training batches (its settings from ``LUCID_PROFILE_*``)."""
+class Window:
+    """Profiles ``batches`` training batches from batch ``start`` of epoch ``epoch`` (settings
+    from ``LUCID_PROFILE_*``); `tick` is called at each training batch's start, by either
+    trainer's callback."""
 
     def __init__(self) -> None:
         self.out = Path(os.environ["LUCID_PROFILE_OUT"])
@@ -48,10 +55,10 @@ class ProfileWindow(L.Callback):
         self.prof: torch.profiler.profile | None = None
         self.marks: list[float] = []
 
-    def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, idx: int) -> None:
+    def tick(self, epoch: int, idx: int) -> None:
         # the window counts batches across an epoch's end (`--start` near the end of an epoch
         # profiles the boundary: checkpoint, curves, the loader's next epoch)
-        if self.prof is None and (trainer.current_epoch, idx) == (self.epoch, self.start):
+        if self.prof is None and not self.marks and (epoch, idx) == (self.epoch, self.start):
             _sync()
             self.prof = torch.profiler.profile(
                 activities=[
@@ -77,6 +84,51 @@ class ProfileWindow(L.Callback):
             with raw.open("rb") as src, gzip.open(f"{raw}.gz", "wb") as dst:
                 shutil.copyfileobj(src, dst)
             raw.unlink()
+
+
+class ProfileWindow(L.Callback):
+    """The `Window` in a `lucid fit` (added to its callbacks by `main`)."""
+
+    def __init__(self) -> None:
+        self.window = Window()
+
+    def on_train_batch_start(self, trainer: L.Trainer, module: Any, batch: Any, idx: int) -> None:
+        self.window.tick(trainer.current_epoch, idx)
+
+
+def _value(key: str, text: str) -> tuple[str, Any]:
+    """``key=text`` as their command line reads it: a number where it is one."""
+    for kind in (int, float):
+        try:
+            return key, kind(text)
+        except ValueError:
+            pass
+    return key, text
+
+
+def peer_fit(overrides: list[str]) -> int:
+    """The authors' trainer with the `Window` on its batch callbacks: ``overrides`` are their
+    ``key=value`` arguments (``model=yolo26m.yaml data=... epochs=2 batch=64``); AMP stays on
+    without fetching their check's weights, as `peer_speed.py` runs it."""
+    import ultralytics.engine.trainer as trainer_module
+    from ultralytics import YOLO, settings
+
+    trainer_module.check_amp = lambda *a, **k: True
+    settings.update({"sync": False})
+    kwargs = dict(_value(*item.split("=", 1)) for item in overrides)
+    model = YOLO(kwargs.pop("model"))
+    window, seen = Window(), {"epoch": -1, "idx": 0}
+
+    def batch_start(t: Any) -> None:
+        if t.epoch != seen["epoch"]:
+            seen.update(epoch=t.epoch, idx=0)
+        window.tick(t.epoch, seen["idx"])
+        seen["idx"] += 1
+
+    model.add_callback("on_train_batch_start", batch_start)
+    defaults = {"amp": True, "deterministic": False, "plots": False, "val": False}
+    model.train(**(defaults | kwargs), pretrained=False, exist_ok=True, seed=0)
+    return 0
 
 
 def _sync() -> None:
@@ -189,6 +241,11 @@ def main() -> int:
     parser.add_argument("--start", type=int, default=2)
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="profile the authors' trainer (Ultralytics) instead: its key=value arguments after --",
+    )
+    parser.add_argument(
         "--no-stack",
         action="store_true",
         help="no Python frames: the host's times are not inflated by tracing them, but the "
@@ -206,6 +263,8 @@ def main() -> int:
         LUCID_PROFILE_BATCHES=str(args.batches),
         LUCID_PROFILE_STACK="0" if args.no_stack else "1",
     )
+    if args.peer:
+        return peer_fit(lucid_args)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lucid_train.cli import main as lucid
 

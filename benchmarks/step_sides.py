@@ -180,6 +180,10 @@ def peer_step(
     size = int(data["images"].shape[-1])
     cls = SegmentationModel if task == "segment" else DetectionModel
     model = cls(f"yolo26{scale}{SUFFIX[task]}.yaml", nc=classes, verbose=False).to(device)
+    if device.type == "cuda":
+        # as their trainer's `_setup_train` does on CUDA (`channels_last=None`, the default,
+        # means on); the 2026-12-06 04:13 profile left their network NCHW, slower than their fit
+        model = model.to(memory_format=torch.channels_last)
     args = get_cfg()
     model.args = args  # what its trainer sets: the loss reads its gains from here
     for name, p in model.named_parameters():

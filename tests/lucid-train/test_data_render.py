@@ -19,7 +19,7 @@ import pytest
 import torch
 from PIL import Image
 
-from lucid_train.data import datamodule
+from lucid_train.data import datamodule, render_choice
 from lucid_train.data.augment import AugmentConfig, TrainAugment
 from lucid_train.data.augment.plan import SizedImage
 from lucid_train.data.augment.render_cpu import render_cpu
@@ -169,9 +169,9 @@ def test_the_fit_log_says_once_where_the_samples_are_made(
     dm.setup("fit")
     dm.train_dataloader(), dm.train_dataloader()  # Lightning builds it more than once
     assert said == [
-        "lucid data: training samples painted in the loader workers (--data.render auto, "
-        "--data.decode auto); each source resized to the long side 64 as loaded (the authors' "
-        "rule); mosaic partners from the authors' buffer of recent images"
+        "lucid data: training samples painted in the loader workers (--data.render auto: no "
+        "CUDA device; --data.decode auto); each source resized to the long side 64 as loaded "
+        "(the authors' rule); mosaic partners from the authors' buffer of recent images"
     ]
     dm.mosaic_pool = "batch"
     assert dm.pipeline_line().endswith(
@@ -181,6 +181,47 @@ def test_the_fit_log_says_once_where_the_samples_are_made(
     assert "the GPU after the transfer, JPEGs already at their load size decoded by nvJPEG" in (
         dm.pipeline_line()
     )
+
+
+@pytest.mark.parametrize(
+    ("task", "variant", "workers", "render"),
+    [
+        ("detect", "m", 14, "cpu"),  # 14 x 36 = 504 images/s >= the m step's 491: measured 4 % up
+        ("detect", "m", 12, "device"),  # 432 < 491
+        ("detect", "l", 11, "cpu"),
+        ("detect", "n", 15, "device"),  # the n step takes 1,190 a second
+        ("detect", "s", 15, "device"),
+        ("detect", "x", 15, "device"),  # not measured
+        ("detect", None, 15, "device"),
+        ("segment", "m", 15, "device"),  # its CPU render not measured
+    ],
+)
+def test_auto_paints_in_the_workers_where_they_keep_up_with_the_step_and_says_why(
+    task: str, variant: str | None, workers: int, render: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(render_choice, "usable_cpus", lambda: 16)
+    chosen, why = render_choice.auto_render(task, variant, workers, on_cuda=True)
+    assert chosen == render
+    assert why and (variant is None or task != "detect" or f"yolo26{variant}" in why)
+    assert render_choice.auto_render(task, variant, workers, on_cuda=False)[0] == "cpu"
+    monkeypatch.setattr(render_choice, "usable_cpus", lambda: 8)  # workers beyond the cores
+    assert render_choice.auto_render(task, variant, workers, on_cuda=True)[0] == "device"
+
+
+def test_the_fit_log_says_which_renderer_auto_took_and_why(
+    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=14,
+                         variant="m")  # fmt: skip
+    monkeypatch.setattr(render_choice, "usable_cpus", lambda: 16)
+    monkeypatch.setattr(LucidDataModule, "_on_cuda", lambda self: True)
+    assert dm.render_modes() == ("cpu", "cpu")
+    assert "painted in the loader workers (--data.render auto: 14 workers paint about 504 " in (
+        dm.pipeline_line()
+    )
+    dm.variant = "n"
+    assert dm.render_modes() == ("device", "device")
+    assert "under a yolo26n step's 1190" in dm.pipeline_line()
 
 
 def _jpeg_scene(root: Path, n: int) -> list[Path]:

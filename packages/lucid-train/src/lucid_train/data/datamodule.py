@@ -38,6 +38,7 @@ from lucid_train.data.image_io import Verify
 from lucid_train.data.layout import Layout, read_split, refuse_unannotated
 from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import TASKS, DatasetIndex, DatasetSchema, Task
+from lucid_train.data.render_choice import auto_render
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch, collate
 from lucid_train.data.yolo_txt import MissingLabels
@@ -77,8 +78,10 @@ class LucidDataModule(L.LightningDataModule):
             without it.
         render: where training samples are painted: ``device`` renders each batch's pixels on
             the accelerator after the transfer (`Batch.render`), ``cpu`` in the loader workers
-            (Pillow); ``auto`` takes ``device`` when the trainer runs on CUDA. The labels are
-            the same bits either way (assumptions.md D18).
+            (Pillow); ``auto`` takes ``device`` when the trainer runs on CUDA, except where
+            the workers keep up with the model's step (a detect fit at m or l with enough
+            workers: `lucid_train.data.render_choice`, its figures there), and says why in the
+            fit's log. The labels are the same bits either way (assumptions.md D18).
         decode: with device rendering, ``device`` leaves JPEG files to the device decoder
             (nvJPEG), ``cpu`` decodes in the workers; ``auto`` follows ``render``.
         mosaic_pool: where mosaic partners come from (assumptions.md D23): ``buffer`` (the
@@ -150,6 +153,7 @@ class LucidDataModule(L.LightningDataModule):
         if scale_policy and augment is None and not variant:
             raise ValueError("scale_policy: needs the model scale, variant='n' ... 'x'")
         self.task: Task = task
+        self.variant = variant
         self.data = None if root is None else Path(root)
         self.layout: Layout | Literal["auto"] = format
         # plain ints: the parser's range types are int subclasses, which no checkpoint may hold
@@ -294,15 +298,22 @@ class LucidDataModule(L.LightningDataModule):
         pool = "the authors' buffer of recent images" if self.mosaic_pool == "buffer" else (
             "the sample's own batch (--data.mosaic_pool batch)"
         )  # fmt: skip
+        chosen = f"auto: {self.auto_render()[1]}" if self.render == "auto" else self.render
         return (
-            f"lucid data: training samples {where} (--data.render {self.render}, --data.decode "
+            f"lucid data: training samples {where} (--data.render {chosen}; --data.decode "
             f"{self.decode}); {resize}; mosaic partners from {pool}"
         )
+
+    def auto_render(self) -> tuple[Literal["cpu", "device"], str]:
+        """What ``render="auto"`` takes for the attached trainer, and why
+        (`lucid_train.data.render_choice`: the CPU where its workers keep up with the step)."""
+        workers = self._workers(self.world_size) if self._auto_workers else self.num_workers
+        return auto_render(self.task, self.variant, workers, on_cuda=self._on_cuda())
 
     def render_modes(self) -> tuple[Literal["cpu", "device"], Literal["cpu", "device"]]:
         """``(render, decode)`` with ``auto`` resolved for the attached trainer."""
         render: Literal["cpu", "device"] = (
-            ("device" if self._on_cuda() else "cpu") if self.render == "auto" else self.render
+            self.auto_render()[0] if self.render == "auto" else self.render
         )
         decode: Literal["cpu", "device"] = render if self.decode == "auto" else self.decode
         if render == "cpu":
