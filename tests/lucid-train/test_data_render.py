@@ -200,12 +200,18 @@ def test_auto_paints_in_the_workers_where_they_keep_up_with_the_step_and_says_wh
     task: str, variant: str | None, workers: int, render: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(render_choice, "usable_cpus", lambda: 16)
-    chosen, why = render_choice.auto_render(task, variant, workers, on_cuda=True)
+    card = "NVIDIA H100 80GB HBM3"
+    chosen, why = render_choice.auto_render(task, variant, workers, card=card)
     assert chosen == render
     assert why and (variant is None or task != "detect" or f"yolo26{variant}" in why)
-    assert render_choice.auto_render(task, variant, workers, on_cuda=False)[0] == "cpu"
+    assert render_choice.auto_render(task, variant, workers, card=None)[0] == "cpu"
+    # a card whose step rates are not measured keeps the device, saying so
+    assert render_choice.auto_render(task, variant, workers, card="NVIDIA H200") == (
+        "device",
+        "no step rates measured on the NVIDIA H200",
+    )
     monkeypatch.setattr(render_choice, "usable_cpus", lambda: 8)  # workers beyond the cores
-    assert render_choice.auto_render(task, variant, workers, on_cuda=True)[0] == "device"
+    assert render_choice.auto_render(task, variant, workers, card=card)[0] == "device"
 
 
 def test_the_fit_log_says_which_renderer_auto_took_and_why(
@@ -214,7 +220,7 @@ def test_the_fit_log_says_which_renderer_auto_took_and_why(
     dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=14,
                          variant="m")  # fmt: skip
     monkeypatch.setattr(render_choice, "usable_cpus", lambda: 16)
-    monkeypatch.setattr(LucidDataModule, "_on_cuda", lambda self: True)
+    monkeypatch.setattr(LucidDataModule, "_card", lambda self: "NVIDIA H100 80GB HBM3")
     assert dm.render_modes() == ("cpu", "cpu")
     assert "painted in the loader workers (--data.render auto: 14 workers paint about 504 " in (
         dm.pipeline_line()

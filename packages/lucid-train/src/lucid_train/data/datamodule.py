@@ -80,8 +80,9 @@ class LucidDataModule(L.LightningDataModule):
             the accelerator after the transfer (`Batch.render`), ``cpu`` in the loader workers
             (Pillow); ``auto`` takes ``device`` when the trainer runs on CUDA, except where
             the workers keep up with the model's step (a detect fit at m or l with enough
-            workers: `lucid_train.data.render_choice`, its figures there), and says why in the
-            fit's log. The labels are the same bits either way (assumptions.md D18).
+            workers, on a card whose step rates are measured, the H100:
+            `lucid_train.data.render_choice`, its figures there), and says why in the fit's
+            log. The labels are the same bits either way (assumptions.md D18).
         decode: with device rendering, ``device`` leaves JPEG files to the device decoder
             (nvJPEG), ``cpu`` decodes in the workers; ``auto`` follows ``render``.
         mosaic_pool: where mosaic partners come from (assumptions.md D23): ``buffer`` (the
@@ -273,11 +274,20 @@ class LucidDataModule(L.LightningDataModule):
         """Images per batch on this rank: ``batch_size`` split over the ranks (T86)."""
         return device_batch_size(self.batch_size, self.world_size)
 
-    def _on_cuda(self) -> bool:
-        trainer = getattr(self, "trainer", None)
-        strategy = getattr(trainer, "strategy", None)
+    def _root_device(self) -> torch.device | None:
+        strategy = getattr(getattr(self, "trainer", None), "strategy", None)
         device = getattr(strategy, "root_device", None)
-        return isinstance(device, torch.device) and device.type == "cuda"
+        return device if isinstance(device, torch.device) else None
+
+    def _card(self) -> str | None:
+        """The attached trainer's CUDA device by name (None: not on CUDA)."""
+        device = self._root_device()
+        on_cuda = device is not None and device.type == "cuda"
+        return torch.cuda.get_device_name(device) if on_cuda else None
+
+    def _on_cuda(self) -> bool:
+        device = self._root_device()
+        return device is not None and device.type == "cuda"
 
     def pipeline_line(self) -> str:
         """Where the training samples are made, in one line for the fit's log (the ``auto``
@@ -308,7 +318,7 @@ class LucidDataModule(L.LightningDataModule):
         """What ``render="auto"`` takes for the attached trainer, and why
         (`lucid_train.data.render_choice`: the CPU where its workers keep up with the step)."""
         workers = self._workers(self.world_size) if self._auto_workers else self.num_workers
-        return auto_render(self.task, self.variant, workers, on_cuda=self._on_cuda())
+        return auto_render(self.task, self.variant, workers, card=self._card())
 
     def render_modes(self) -> tuple[Literal["cpu", "device"], Literal["cpu", "device"]]:
         """``(render, decode)`` with ``auto`` resolved for the attached trainer."""

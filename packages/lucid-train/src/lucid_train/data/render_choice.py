@@ -9,6 +9,8 @@ batch 64, 14 workers; ``docs/benchmarks/peer-speed.md``, "Where augmentation run
 - the replayed step alone (no loader, ``step-profile.md``) runs 1,190 images/s at n and 491 at
   m; the fits with the device render 817 at s and 376 at l.
 
+The rates are the H100's; another card keeps the device until its own are measured.
+
 So ``auto`` takes the CPU where the workers' rate covers the step's own rate at the model's
 scale, and the device elsewhere: at n and s that would take 33 and 23 workers. Both rates scale
 with the pixels a batch holds, so the rule does not depend on the image size. Segment, pose and
@@ -26,9 +28,11 @@ CPU_RENDER_IMG_S_PER_WORKER = 36.0
 """Images a second one loader worker paints at 640 px (499.6 / 14 in the m fit, 510 / 14 for
 the loader alone in ``loader.md``)."""
 
-STEP_IMG_S = {"n": 1190.0, "s": 817.0, "m": 491.0, "l": 376.0}
-"""Images a second of a detect fit's replayed step at batch 64 on an H100, by scale (n, m: the
-step alone; s, l: the fit with the device render, a floor of the step's rate)."""
+STEP_IMG_S = {"H100": {"n": 1190.0, "s": 817.0, "m": 491.0, "l": 376.0}}
+"""Images a second of a detect fit's replayed step at batch 64, by card (a name the device's
+contains) and scale (n, m: the step alone; s, l: the fit with the device render, a floor of
+the step's rate). A card not listed keeps the device: a faster step than the H100's may outrun
+the workers."""
 
 
 def usable_cpus() -> int:
@@ -38,12 +42,16 @@ def usable_cpus() -> int:
 
 
 def auto_render(
-    task: str, variant: str | None, workers: int, *, on_cuda: bool
+    task: str, variant: str | None, workers: int, *, card: str | None
 ) -> tuple[Literal["cpu", "device"], str]:
-    """``(render, why)`` for ``--data.render auto``: ``why`` says it in the fit's log."""
-    if not on_cuda:
+    """``(render, why)`` for ``--data.render auto`` on the CUDA device named ``card`` (None: no
+    CUDA device); ``why`` says it in the fit's log."""
+    if card is None:
         return "cpu", "no CUDA device"
-    step = STEP_IMG_S.get(variant or "") if task == "detect" else None
+    rates = next((r for name, r in STEP_IMG_S.items() if name in card), None)
+    if rates is None:
+        return "device", f"no step rates measured on the {card}"
+    step = rates.get(variant or "") if task == "detect" else None
     if step is None:
         model = f"yolo26{variant}" if variant else "a model of unknown scale"
         return "device", f"the CPU render is not measured against {task} at {model}"
