@@ -9,12 +9,11 @@ batch 64, 14 workers; ``docs/benchmarks/peer-speed.md``, "Where augmentation run
 - the replayed step alone (no loader, ``step-profile.md``) runs 1,190 images/s at n and 491 at
   m; the fits with the device render 817 at s and 376 at l.
 
-The rates are the H100's; another card keeps the device until its own are measured.
-
 So ``auto`` takes the CPU where the workers' rate covers the step's own rate at the model's
 scale, and the device elsewhere: at n and s that would take 33 and 23 workers. Both rates scale
 with the pixels a batch holds, so the rule does not depend on the image size. Segment, pose and
-OBB, whose CPU render carries masks or keypoints, and x keep the device: not measured.
+OBB, whose CPU render carries masks or keypoints, and x keep the device: not measured. The
+rates are the H100's; another card keeps the device until its own are measured.
 """
 
 from __future__ import annotations
