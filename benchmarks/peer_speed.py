@@ -52,6 +52,7 @@ from speed_rows import (  # noqa: E402
     merge_rows,
     next_batch,
     peer_reduced_batch,
+    pipeline_line,
     ran_out_of_memory,
     summarise_row,
     table,
@@ -156,6 +157,7 @@ def run_ours(
         rc, wall = _run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
     result: dict[str, Any] = {"command": " ".join(cmd), "exit": rc, "wall_s": round(wall, 1)}
     result["out_of_memory"] = ran_out_of_memory(out / f"{tag}.log")
+    result["pipeline"] = pipeline_line(out / f"{tag}.log")  # the renderer `auto` took, and why
     metrics = runs / task / "train" / "metrics.csv"
     if metrics.is_file():
         rows = [r for r in csv.DictReader(metrics.open()) if r.get("time/train_images_per_s")]

@@ -21,6 +21,7 @@ MIN_BATCH = 8  # the fallback halves the batch down to this, then gives up
 SIDES = ("peer", "lucid", "lucid_eager")
 OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 _PEER_REDUCED = re.compile(r"Reducing to batch=(\d+)")
+_PIPELINE = "lucid data: training samples "
 
 
 def row_key(row: dict[str, Any]) -> tuple[str, str, int]:
@@ -55,6 +56,15 @@ def peer_reduced_batch(log: Path) -> int | None:
         return None
     found = _PEER_REDUCED.findall(log.read_text(errors="replace"))
     return int(found[-1]) if found else None
+
+
+def pipeline_line(log: Path) -> str | None:
+    """Where our side's training samples were made, as its fit's log says it (`lucid data:
+    training samples ...`, with what ``--data.render auto`` took and why); None: no such line."""
+    if not log.is_file():
+        return None
+    found = [x for x in log.read_text(errors="replace").splitlines() if x.startswith(_PIPELINE)]
+    return found[-1][len("lucid data: ") :] if found else None
 
 
 def next_batch(batch: int) -> int | None:
