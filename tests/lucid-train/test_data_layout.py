@@ -55,6 +55,15 @@ def test_unknown_layout_lists_the_layouts_probed(tmp_path: Path) -> None:
         assert f"{name}:" in str(info.value)
 
 
+def test_a_dataset_root_that_is_a_file_or_missing_is_refused_by_name(tmp_path: Path) -> None:
+    notes = tmp_path / "data.txt"
+    notes.write_text("images/train\n")
+    with pytest.raises(LayoutError, match=r"data.txt: a file, not a dataset folder; pass the"):
+        resolve_layout(notes, "train", "detect")
+    with pytest.raises(LayoutError, match=r"nothere: no such dataset folder"):
+        resolve_layout(tmp_path / "nothere", "train", "detect")
+
+
 def test_ambiguous_layout_is_refused_until_chosen(
     tmp_path: Path, small_synthetic: Callable[[Task], Path]
 ) -> None:

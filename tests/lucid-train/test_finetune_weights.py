@@ -190,6 +190,20 @@ def test_first_mismatch_is_named_in_both_spellings(tmp_path: Path) -> None:
         load_weights(_module("yolo26n-seg"), path)
 
 
+def test_a_file_that_is_no_weights_is_refused_with_the_weights_fix(tmp_path: Path) -> None:
+    """Bytes that are no pickle: the reader's finding and what to pass instead, not the
+    resume's advice (the last good checkpoint beside it, or to start the run again)."""
+    path = tmp_path / "notes.txt"
+    path.write_text("not a checkpoint\n")
+    with pytest.raises(WeightsError) as err:
+        load_weights(_module("yolo26n"), path)
+    text = str(err.value)
+    assert text.startswith(f"weights {path}: neither a lucid checkpoint") and "corrupt" in text
+    assert text.endswith("pass a last.ckpt/best.ckpt of `lucid fit`, a converted file "
+                         "(python -m lucid_train.weights) or a yolo26*.pt")  # fmt: skip
+    assert "start the run again" not in text and "checkpoint there is" not in text
+
+
 def test_converted_file_and_lucid_checkpoint_keep_the_mapped_weights(tmp_path: Path) -> None:
     """The one-time conversion writes a file ``torch.load(weights_only=True)`` reads; it and a
     lucid checkpoint both load the same values (pose: its flow too)."""

@@ -107,6 +107,11 @@ def resolve_layout(
     root = Path(root)
     if root.is_file() and root.suffix == ".yaml":
         return LayoutMatch("yolo", root, root.parent)
+    if root.is_file():
+        raise LayoutError(
+            f"{root}: a file, not a dataset folder; pass the folder that holds the splits, or "
+            "a YOLO data .yaml"
+        )
     if not root.is_dir():
         raise LayoutError(f"{root}: no such dataset folder")
     found = probe_layouts(root, split, task)

@@ -28,6 +28,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointTaskError",
+    "CorruptCheckpointError",
     "NotALucidCheckpointError",
     "load_checkpoint_file",
     "read_checkpoint_info",
@@ -41,6 +42,15 @@ class CheckpointError(LucidError, ValueError):
 
 class CheckpointTaskError(CheckpointError):
     """A checkpoint of one task was asked to serve another."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A file that is no readable checkpoint; ``finding`` says what was found, without the
+    message's advice on resuming (the last good checkpoint beside it, or to start again)."""
+
+    def __init__(self, message: str, finding: str) -> None:
+        super().__init__(message)
+        self.finding = finding
 
 
 class NotALucidCheckpointError(CheckpointError):
@@ -107,9 +117,9 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> Any:
                 "plain values, which could run code; lucid checkpoints hold none, so it was "
                 "not written by `lucid fit` (or was altered); nothing from it was run"
             ) from None
-        raise CheckpointError(
-            f"checkpoint {p} is truncated or corrupt ({_first_line(err)}); "
-            f"{_last_good_checkpoint(p)}"
+        finding = f"is truncated or corrupt ({_first_line(err)})"
+        raise CorruptCheckpointError(
+            f"checkpoint {p} {finding}; {_last_good_checkpoint(p)}", finding
         ) from None
 
 

@@ -38,7 +38,11 @@ from lucid_train.weights.authors_pickle import (
     is_authors_checkpoint,
     read_authors_checkpoint,
 )
-from lucid_train.weights.checkpoint_file import CheckpointError, load_checkpoint_file
+from lucid_train.weights.checkpoint_file import (
+    CheckpointError,
+    CorruptCheckpointError,
+    load_checkpoint_file,
+)
 
 __all__ = [
     "LUCID_WEIGHTS_KEY",
@@ -148,9 +152,16 @@ def _read_source(path: Path, ours: frozenset[str]) -> _Source:
     try:
         ckpt = load_checkpoint_file(path)
     except CheckpointError as err:
+        # what the reader found, without its advice on resuming (a resume's, not a weights file's)
+        found = (
+            err.finding
+            if isinstance(err, CorruptCheckpointError)
+            else str(err).removeprefix(f"checkpoint {path}").lstrip(": ")
+        )
         raise WeightsError(
             f"weights {path}: neither a lucid checkpoint or weights file nor an Ultralytics "
-            f"checkpoint ({str(err).removeprefix(f'checkpoint {path}').lstrip(': ')})"
+            f"checkpoint ({found}); pass a last.ckpt/best.ckpt of `lucid fit`, a converted "
+            "file (python -m lucid_train.weights) or a yolo26*.pt"
         ) from None
     if isinstance(ckpt, dict) and isinstance(ckpt.get(LUCID_WEIGHTS_KEY), dict):
         meta = ckpt[LUCID_WEIGHTS_KEY]
