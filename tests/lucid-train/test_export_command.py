@@ -66,3 +66,19 @@ def test_an_impossible_dynamic_export_is_one_line_and_status_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "give only 21 anchors" in err[0]
+
+
+def test_an_export_where_nothing_can_be_written_names_the_file_asked_for(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not the writer's temporary name in an errno line: the --out given, why, and the fix."""
+    ckpt = tmp_path / "best.ckpt"
+    write_module_checkpoint(ckpt)
+    out = tmp_path / "no-such-folder" / "m.onnx"
+    code = main(["export", "--ckpt", str(ckpt), "--out", str(out), "--max_det", "20"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err == [
+        f"lucid export: error: --out {out}: cannot write there (No such file or directory); "
+        "pass --out in a folder that exists and you may write"
+    ]

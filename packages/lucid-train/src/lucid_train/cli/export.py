@@ -6,6 +6,7 @@ exit status says how it went: 0 written (and agrees, where checked), 1 disagrees
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 
@@ -44,6 +45,16 @@ def export_checkpoint(
         )
     except ValueError as err:
         print(f"lucid export: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # the disk-full line of `command_errors`
+        # the writer's temporary name would mislead: name the file asked for, and the fix
+        print(
+            f"lucid export: error: --out {path}: cannot write there ({err.strerror}); pass "
+            "--out in a folder that exists and you may write",
+            file=sys.stderr,
+        )
         return 2
     shape = f"Bx3xHxW, traced at 1x3x{size}x{size}" if dynamic else f"1x3x{size}x{size}"
     print(f"lucid export: wrote {path} (opset {opset}; input images {shape}; outputs {names})")
