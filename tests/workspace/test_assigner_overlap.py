@@ -1,0 +1,44 @@
+"""`benchmarks/assigner_overlap.py`'s fused pairwise CIoU keeps the elementwise path's bits: the
+same float32 operations in the same order (issue 34's assigner, a prototype measured on the GPU
+by the script itself). On the CPU its kernel runs under Triton's interpreter, in a process of
+its own (the interpreter is chosen when the kernel is defined)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton", reason="the fused kernel is a Triton kernel")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHECK = """
+import sys, torch
+sys.path.insert(0, "benchmarks")
+import assigner_overlap as ao
+from lucid_train.assign.overlaps import pairwise_ciou
+for seed, (b, m, a) in enumerate([(2, 5, 300), (1, 3, 257)]):
+    gt, pred = ao.random_boxes(b, m, a, torch.device("cpu"), seed=seed)
+    gt[0, 0] = torch.tensor([10.0, 10.0, 10.5, 12.0])  # a box under a pixel wide
+    ref, fused = pairwise_ciou(gt, pred), ao.fused_pairwise_ciou(gt, pred)
+    assert fused.shape == ref.shape and bool((ref > 0).any()), "the case tests nothing"
+    differ = int((ref.view(torch.int32) != fused.view(torch.int32)).sum())
+    print(f"{b}x{m}x{a}: {differ} of {ref.numel()} differ")
+    assert differ == 0
+"""
+
+
+def test_the_fused_pairwise_ciou_keeps_the_elementwise_paths_bits() -> None:
+    packages = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+    path = os.pathsep.join([*packages, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    run = subprocess.run(
+        [sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.count(" 0 of ") == 2, run.stdout
