@@ -18,14 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+from step_timing import median_step_ms
 from triton.language.extra import libdevice
 
 from lucid_train.assign.overlaps import EPS, pairwise_ciou
@@ -115,18 +115,10 @@ def random_boxes(
     return gt.to(device), pred.to(device)
 
 
-def _time_ms(fn: Any, reps: int) -> float:
-    for _ in range(3):
+def _time_ms(fn: Callable[[], object], reps: int) -> float:
+    for _ in range(3):  # the kernel's compilation and the allocator's first blocks
         fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return median_step_ms(fn, reps)
 
 
 def main(argv: list[str] | None = None) -> None:
