@@ -274,20 +274,19 @@ class LucidDataModule(L.LightningDataModule):
         """Images per batch on this rank: ``batch_size`` split over the ranks (T86)."""
         return device_batch_size(self.batch_size, self.world_size)
 
-    def _root_device(self) -> torch.device | None:
+    def _cuda_device(self) -> torch.device | None:
+        """The attached trainer's device where it is a CUDA one (else None)."""
         strategy = getattr(getattr(self, "trainer", None), "strategy", None)
         device = getattr(strategy, "root_device", None)
-        return device if isinstance(device, torch.device) else None
+        return device if isinstance(device, torch.device) and device.type == "cuda" else None
 
     def _card(self) -> str | None:
         """The attached trainer's CUDA device by name (None: not on CUDA)."""
-        device = self._root_device()
-        on_cuda = device is not None and device.type == "cuda"
-        return torch.cuda.get_device_name(device) if on_cuda else None
+        device = self._cuda_device()
+        return None if device is None else torch.cuda.get_device_name(device)
 
     def _on_cuda(self) -> bool:
-        device = self._root_device()
-        return device is not None and device.type == "cuda"
+        return self._cuda_device() is not None
 
     def pipeline_line(self) -> str:
         """Where the training samples are made, in one line for the fit's log (the ``auto``
