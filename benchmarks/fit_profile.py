@@ -110,11 +110,10 @@ def peer_fit(overrides: list[str]) -> int:
     """The authors' trainer with the `Window` on its batch callbacks: ``overrides`` are their
     ``key=value`` arguments (``model=yolo26m.yaml data=... epochs=2 batch=64``); AMP stays on
     without fetching their check's weights, as `peer_speed.py` runs it."""
-    import ultralytics.engine.trainer as trainer_module
-    from ultralytics import YOLO, settings
+    from peer_common import offline_authors_trainer  # beside this file: `main` puts it on the path
+    from ultralytics import YOLO
 
-    trainer_module.check_amp = lambda *a, **k: True
-    settings.update({"sync": False})
+    offline_authors_trainer()
     kwargs = dict(_value(*item.split("=", 1)) for item in overrides)
     model = YOLO(kwargs.pop("model"))
     window, seen = Window(), {"epoch": -1, "idx": 0}
@@ -263,9 +262,9 @@ def main() -> int:
         LUCID_PROFILE_BATCHES=str(args.batches),
         LUCID_PROFILE_STACK="0" if args.no_stack else "1",
     )
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
     if args.peer:
         return peer_fit(lucid_args)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lucid_train.cli import main as lucid
 
     return lucid([*lucid_args, "--trainer.callbacks+=fit_profile.ProfileWindow"])

@@ -1,5 +1,5 @@
 """What both sides of the peer comparison share: the decode paths, model names, metric columns,
-the logged subprocess runner and the version stamp."""
+the logged subprocess runner, the version stamp, and the authors' trainer set up to run offline."""
 
 from __future__ import annotations
 
@@ -20,6 +20,16 @@ CONF_NOTE = {
 
 MODEL_SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 EXTRA_KIND = {"segment": "mask", "pose": "pose"}  # the task's second metric beside the box one
+
+
+def offline_authors_trainer() -> None:
+    """The authors' trainer without the network: their settings' sync off, and their AMP
+    check, which would fetch yolo26n.pt, answered yes (AMP stays on)."""
+    import ultralytics.engine.trainer as trainer_module
+    from ultralytics import settings
+
+    settings.update({"sync": False})
+    trainer_module.check_amp = lambda *a, **k: True
 
 
 def _metric_prefixes(task: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from peer_common import MODEL_SUFFIX
+from peer_common import MODEL_SUFFIX, offline_authors_trainer
 
 
 def _peer_extra(task: str, metrics: Any) -> dict[str, float]:
@@ -110,9 +110,7 @@ def peer_half(spec_path: Path) -> None:
     )
     on_cuda = spec["device"] != "cpu"
     if on_cuda:  # the AMP check would fetch yolo26n.pt; answer it (AMP stays on)
-        import ultralytics.engine.trainer as trainer_module
-
-        trainer_module.check_amp = lambda *a, **k: True
+        offline_authors_trainer()
     common = {"imgsz": spec["imgsz"], "batch": spec["batch"], "device": spec["device"]}
     train_args = {
         **common,

@@ -46,7 +46,13 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from peer_common import MODEL_SUFFIX, _child_env, _run_logged, _versions  # noqa: E402
+from peer_common import (  # noqa: E402
+    MODEL_SUFFIX,
+    _child_env,
+    _run_logged,
+    _versions,
+    offline_authors_trainer,
+)
 from peer_launch import _font_source  # noqa: E402
 from speed_rows import (  # noqa: E402
     merge_rows,
@@ -176,11 +182,9 @@ def peer_half(spec_path: Path) -> None:
     """The Ultralytics side, in its own process: train and time each epoch, synchronised."""
     spec = json.loads(spec_path.read_text())
     import torch
-    import ultralytics.engine.trainer as trainer_module
-    from ultralytics import YOLO, settings
+    from ultralytics import YOLO
 
-    trainer_module.check_amp = lambda *a, **k: True  # would fetch yolo26n.pt; AMP stays on
-    settings.update({"sync": False})
+    offline_authors_trainer()
     model = YOLO(spec["model"])
     marks: list[list[float | None]] = []
 
