@@ -27,14 +27,17 @@ from peer_common import (
 # resample, D24; ``+resize`` asks for it explicitly, the default since 2026-12-03) and ``+cpu``
 # paints in the loader workers instead of on the GPU (D18); ``+allcats`` trains every category of
 # the COCO file, one without annotations too (the rule before 2026-12-05, D22: on a hard set it
-# measures what the empty class costs on its own, the peer keeping the annotated ones); so an A/B
-# of a data option is one more arm beside the default in the same call.
+# measures what the empty class costs on its own, the peer keeping the annotated ones);
+# ``+hsvauthors`` applies the colour jitter by the authors' 8-bit HSV round trip instead of the
+# colour matrix (D13); so an A/B of a data option is one more arm beside the default in the same
+# call.
 ARM_OPTIONS = {
     "buffer": ["--data.mosaic_pool", "buffer"],
     "batch": ["--data.mosaic_pool", "batch"],
     "resize": ["--data.load_resize", "true"],
     "once": ["--data.load_resize", "false"],
     "cpu": ["--data.render", "cpu"],
+    "hsvauthors": ["--data.augment.hsv_rule", "authors"],
 }
 
 

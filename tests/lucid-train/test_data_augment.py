@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image, ImageDraw
 
 from lucid_train.data.augment import (
@@ -25,9 +26,11 @@ from lucid_train.data.augment import (
     apply_flip,
     apply_hsv,
     apply_mixup,
+    jitter_levels,
     letterbox,
     transform_targets,
 )
+from lucid_train.data.augment.config import HsvRule
 from lucid_train.data.masks import instance_map
 from lucid_train.data.rotated import rbox_corners
 from lucid_train.data.targets import Targets
@@ -224,18 +227,45 @@ def test_flip_mirrors_pixels_like_the_labels() -> None:
     assert _iou(_red_mask(out), _ring_mask(f.polygons[0], 200, 120)) > 0.9
 
 
-def test_hsv_identity_is_a_no_op_and_value_gain_darkens() -> None:
-    """Zero gains leave the image untouched; value -0.5 halves the brightest channel."""
+@pytest.mark.parametrize("rule", ["matrix", "authors"])
+def test_hsv_identity_is_a_no_op_and_value_gain_darkens(rule: HsvRule) -> None:
+    """Zero gains leave the image untouched; value -0.5 halves the brightest channel; a third of
+    the circle turns red green; grey has no hue or saturation to move; under either rule."""
     img, _ = _scene()
-    assert apply_hsv(img, HsvParams()) is img
-    dark = np.asarray(apply_hsv(img, HsvParams(value=-0.5))).astype(int)
+    assert apply_hsv(img, HsvParams(rule=rule)) is img
+    dark = np.asarray(apply_hsv(img, HsvParams(value=-0.5, rule=rule))).astype(int)
     assert abs(dark[0, 0].max() - 50) <= 1
-    for exact in (False, True):
-        hue = np.asarray(apply_hsv(img, HsvParams(hue=1 / 3), exact=exact)).astype(int)
-        red_px = hue[60, 90]
-        assert red_px[1] > red_px[0]  # red turned green by a third of the circle
-        grey = np.asarray(apply_hsv(img, HsvParams(hue=0.2, saturation=0.5), exact=exact))
-        assert np.abs(grey[0, 0].astype(int) - 100).max() <= 1  # grey has no hue or saturation
+    hue = np.asarray(apply_hsv(img, HsvParams(hue=1 / 3, rule=rule))).astype(int)
+    red_px = hue[60, 90]
+    assert red_px[1] > red_px[0]
+    grey = np.asarray(apply_hsv(img, HsvParams(hue=0.2, saturation=0.5, rule=rule)))
+    assert np.abs(grey[0, 0].astype(int) - 100).max() <= 1
+
+
+def test_hsv_tables_truncate_each_level_as_the_authors_tables() -> None:
+    """Hue is added modulo 180 (OpenCV's 8-bit hue), saturation and value scaled and clipped,
+    every entry truncated to a level."""
+    h, s, v = HsvParams(hue=0.5, saturation=0.7, value=-0.3).tables().astype(int)
+    assert (h[0], h[89], h[90], h[179]) == (90, 179, 0, 89)
+    assert (s[0], s[100], s[150], s[255]) == (0, 170, 255, 255)
+    assert (v[1], v[10], v[255]) == (0, 7, 178)
+
+
+def test_hsv_jitter_of_a_batch_is_each_images_jitter_alone() -> None:
+    """Under the authors' rule the device renderer jitters a batch with a table set per image:
+    each image comes out as the CPU renderer's `apply_hsv` paints it alone."""
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (3, 24, 32, 3), dtype=np.uint8)
+    params = [
+        HsvParams(0.01, 0.6, -0.2, "authors"),
+        HsvParams(-0.015, -0.7, 0.4, "authors"),
+        HsvParams(0.0, 0.3, 0.0, "authors"),
+    ]
+    tables = torch.from_numpy(np.stack([p.tables() for p in params]))
+    planes = jitter_levels(torch.from_numpy(images).float().permute(3, 0, 1, 2), tables)
+    for k, p in enumerate(params):
+        alone = np.asarray(apply_hsv(Image.fromarray(images[k]), p))
+        assert np.array_equal(planes[:, k].permute(1, 2, 0).numpy(), alone)
 
 
 def test_mixup_blends_by_the_stated_ratio_and_keeps_both_targets() -> None:

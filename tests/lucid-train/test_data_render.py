@@ -62,7 +62,14 @@ def _differences(device: np.ndarray, cpu: list[Image.Image]) -> tuple[float, int
 
 @pytest.mark.parametrize(
     ("task", "cfg"),
-    [("detect", AugmentConfig()), ("segment", HEAVY), ("obb", ROTATED), ("pose", ROTATED)],
+    [
+        ("detect", AugmentConfig()),
+        ("detect", AugmentConfig(hsv_rule="authors")),
+        ("segment", HEAVY),
+        ("segment", dataclasses.replace(HEAVY, hsv_rule="authors")),
+        ("obb", ROTATED),
+        ("pose", ROTATED),
+    ],
 )
 def test_the_device_renderer_paints_the_cpu_renderers_pixels(
     small_synthetic: Callable[[Task], Path], task: Task, cfg: AugmentConfig
@@ -73,7 +80,10 @@ def test_the_device_renderer_paints_the_cpu_renderers_pixels(
     device = packed.render()
     assert device.dtype == torch.uint8 and tuple(device.shape) == (8, SIDE, SIDE, 3)
     differing, worst = _differences(device.numpy(), cpu)
-    assert differing < 0.005 and worst <= 3, (differing, worst)
+    # Under the authors' rule a level apart before the colour jitter (float32 coordinates) can
+    # move a saturated pixel's 8-bit hue a step of 30 a sector: 255 / 30 levels of its middle one.
+    bound = 9 if cfg.hsv_rule == "authors" else 3
+    assert differing < 0.005 and worst <= bound, (differing, worst)
 
 
 def test_a_batch_without_mosaic_paints_one_tile_slot_with_the_same_pixels(

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from lucid_train.data.augment import AugmentConfig
+from lucid_train.data.augment import AugmentConfig, HsvParams, jitter_levels
 from lucid_train.data.augment.render_device import pack_plans
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import TrainDataset
@@ -44,6 +44,18 @@ def test_cuda_paints_the_cpu_tensor_renderers_pixels(
     assert on_cuda.is_cuda
     differing, worst = _differing(on_cuda, on_cpu)
     assert differing < 1e-3 and worst <= 1, (differing, worst)
+
+
+def test_cuda_jitters_colours_by_the_authors_rule_to_the_cpus_levels_bit_for_bit() -> None:
+    rng = np.random.default_rng(0)
+    images = torch.from_numpy(rng.integers(0, 256, (4, 3, 64, 80), dtype=np.uint8))
+    draws = rng.uniform(-1, 1, (4, 3)) * [0.015, 0.7, 0.4]
+    params = [HsvParams(*map(float, d), rule="authors") for d in draws]
+    tables = torch.from_numpy(np.stack([p.tables() for p in params]))
+    planes = images.permute(1, 0, 2, 3).float()
+    on_cpu = jitter_levels(planes, tables)
+    on_cuda = jitter_levels(planes.cuda(), tables.cuda())
+    assert on_cuda.is_cuda and torch.equal(on_cuda.cpu(), on_cpu)
 
 
 def test_nvjpeg_decodes_like_the_cpu_decoder(tmp_path: Path) -> None:

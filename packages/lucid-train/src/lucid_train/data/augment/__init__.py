@@ -9,7 +9,7 @@ from lucid_train.data.augment.affine import AffineParams
 from lucid_train.data.augment.config import NO_AUGMENT, AugmentConfig
 from lucid_train.data.augment.copy_paste import CopyPasteParams, apply_copy_paste
 from lucid_train.data.augment.flip import FlipParams, apply_flip, flip_targets
-from lucid_train.data.augment.hsv import HsvParams, apply_hsv
+from lucid_train.data.augment.hsv import HsvParams, apply_hsv, jitter_levels
 from lucid_train.data.augment.letterbox import LetterboxParams, letterbox
 from lucid_train.data.augment.mixup import MixupParams, apply_mixup
 from lucid_train.data.augment.mosaic import MosaicParams, TilePlacement
@@ -35,6 +35,7 @@ __all__ = [
     "apply_hsv",
     "apply_mixup",
     "flip_targets",
+    "jitter_levels",
     "letterbox",
     "transform_targets",
     "warp_image",

@@ -3,7 +3,8 @@
 Resampling is Pillow's bilinear affine without antialiasing (assumptions.md D5), straight from
 each decoded source: a letterboxed sample is one warp of the whole image, a mosaic tile is warped
 from its source region only. Mixup blends, copy-paste pastes from the mirrored image through the
-rings' mask, then the HSV colour matrix and the flip; every step rounds to 8 bits as Pillow does.
+rings' mask, then the HSV jitter (`hsv.apply_hsv`, by the config's rule) and the flip; every
+step rounds to 8 bits as Pillow does.
 `lucid_train.data.augment.render_device` paints the same plan on the accelerator.
 """
 

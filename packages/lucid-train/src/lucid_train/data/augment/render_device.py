@@ -15,7 +15,9 @@ whatever device the batch is on (CUDA in training, the CPU in tests). The semant
 - mixup: the partner's plane blended with Pillow's weights and truncation;
 - copy-paste: where the rings' mask (rasterised by Pillow in the worker, shipped as bits) is set,
   the pixel comes from the mirrored image;
-- HSV: the colour matrix, rounded and clipped as Pillow's matrix convert rounds;
+- HSV: the colour matrix, rounded and clipped as Pillow's matrix convert rounds, or under
+  `AugmentConfig.hsv_rule` ``authors`` their 8-bit HSV round trip, the CPU renderer's own
+  function (`hsv.jitter_levels`);
 - flip.
 
 Coordinates are float32 on the device where Pillow uses float64, so a pixel can differ from the
@@ -39,6 +41,7 @@ import torch
 from PIL import Image
 
 from lucid_train.data.augment.copy_paste import paste_mask
+from lucid_train.data.augment.hsv import jitter_levels
 from lucid_train.data.augment.plan import PixelPlan, SizedImage
 from lucid_train.data.augment.warp import pixel_crop
 from lucid_train.data.image_io import CorruptImageError, EncodedImage
@@ -87,7 +90,11 @@ class PixelBatch:
             (a point maps inside it, half-open) and its interpolation clamps to.
         mix_sample, mix_ratio: ``(J,)`` sample of each partner plane and the weight of its base.
         paste_sample: ``(P,)`` int64; paste_bits: ``(P, S*S/8)`` uint8 packed masks.
-        hsv: ``(B, 3, 3)`` float32 colour matrices (the identity where there is no jitter).
+        hsv: ``(B, 3, 3)`` float32 colour matrices (the identity where there is no jitter, or
+            where the authors' rule applies it).
+        hsv_tables: ``(B, 3, 256)`` uint8 lookup tables of the authors' rule (`HsvParams.tables`),
+            ``(0, 3, 256)`` under the matrix rule; jitter: ``(B,)`` bool, the sample has a
+            colour jitter (one without keeps its levels).
         flip: ``(B,)`` bool.
         axis_aligned: every tile maps output rows to source rows and columns to columns (no
             rotation or shear, as in the default recipe): the geometry is then worked out per
@@ -109,6 +116,8 @@ class PixelBatch:
     paste_sample: torch.Tensor
     paste_bits: torch.Tensor
     hsv: torch.Tensor
+    hsv_tables: torch.Tensor
+    jitter: torch.Tensor
     flip: torch.Tensor
     axis_aligned: bool = False
     any_hsv: bool = True
@@ -185,7 +194,12 @@ class PixelBatch:
             chosen = image[self.paste_sample]
             pasted = torch.where(mask[..., None], chosen.flip(2), chosen)
             image = image.index_copy(0, self.paste_sample, pasted)
-        if self.any_hsv:
+        if self.any_hsv and self.hsv_tables.numel():
+            # the authors' 8-bit HSV round trip, the CPU renderer's function (`jitter_levels`)
+            planes = jitter_levels(image.permute(3, 0, 1, 2), self.hsv_tables)
+            jittered = planes.permute(1, 2, 3, 0).to(image.dtype)
+            image = torch.where(self.jitter[:, None, None, None], jittered, image)
+        elif self.any_hsv:
             # Pillow's matrix convert: float32 products, + 0.5, truncation, clipped to 0..255. A
             # sample without jitter has the identity matrix, which keeps its whole levels as
             # they are, so every sample goes through the same three passes.
@@ -444,6 +458,7 @@ def pack_plans(
         np.packbits(np.asarray(paste_mask(list(plans[b].paste), (size, size))) > 0) for b in pasted
     ]
     eye = np.eye(3, dtype=np.float32)
+    authors = any(p.hsv.rule == "authors" and not p.hsv.is_identity for p in plans)
     files = [_jpeg(sources[i]) for i in encoded]
     return PixelBatch(
         size=size,
@@ -462,6 +477,12 @@ def pack_plans(
             np.stack(bits) if bits else np.zeros((0, size * size // 8), np.uint8)
         ),
         hsv=torch.from_numpy(np.stack([_colour(p, eye) for p in plans])),
+        hsv_tables=torch.from_numpy(
+            np.stack([p.hsv.tables() for p in plans])
+            if authors
+            else np.zeros((0, 3, 256), np.uint8)
+        ),
+        jitter=torch.tensor([not p.hsv.is_identity for p in plans]),
         flip=torch.tensor([p.flip for p in plans]),
         axis_aligned=aligned,
         any_hsv=not all(p.hsv.is_identity for p in plans),
@@ -475,7 +496,9 @@ def pack_plans(
 
 
 def _colour(plan: PixelPlan, eye: np.ndarray) -> np.ndarray:
-    return eye if plan.hsv.is_identity else plan.hsv.matrix().astype(np.float32)
+    if plan.hsv.is_identity or plan.hsv.rule == "authors":
+        return eye
+    return plan.hsv.matrix().astype(np.float32)
 
 
 def _jpeg(image: SizedImage) -> bytes:
