@@ -1,7 +1,7 @@
-"""`benchmarks/assigner_overlap.py`'s fused pairwise CIoU keeps the elementwise path's bits: the
-same float32 operations in the same order (issue 34's assigner, a prototype measured on the GPU
-by the script itself). On the CPU its kernel runs under Triton's interpreter, in a process of
-its own (the interpreter is chosen when the kernel is defined)."""
+"""`lucid_kernels.ciou_kernel`, the assigner's pairwise CIoU in one Triton pass, keeps the
+elementwise form's bits: the same float32 operations in the same order. On the CPU the kernel
+runs under Triton's interpreter, in a process of its own (the interpreter is chosen when the
+kernel is defined); its CUDA twin is `tests/lucid-train/test_assign_overlaps_gpu.py`."""
 
 from __future__ import annotations
 
@@ -20,11 +20,10 @@ CHECK = """
 import sys, torch
 sys.path.insert(0, "benchmarks")
 import assigner_overlap as ao
-from lucid_train.assign.overlaps import pairwise_ciou
 for seed, (b, m, a) in enumerate([(2, 5, 300), (1, 3, 257)]):
     gt, pred = ao.random_boxes(b, m, a, torch.device("cpu"), seed=seed)
     gt[0, 0] = torch.tensor([10.0, 10.0, 10.5, 12.0])  # a box under a pixel wide
-    ref, fused = pairwise_ciou(gt, pred), ao.fused_pairwise_ciou(gt, pred)
+    ref, fused = ao.elementwise_ciou(gt, pred), ao.fused_pairwise_ciou(gt, pred)
     assert fused.shape == ref.shape and bool((ref > 0).any()), "the case tests nothing"
     differ = int((ref.view(torch.int32) != fused.view(torch.int32)).sum())
     print(f"{b}x{m}x{a}: {differ} of {ref.numel()} differ")
@@ -32,7 +31,7 @@ for seed, (b, m, a) in enumerate([(2, 5, 300), (1, 3, 257)]):
 """
 
 
-def test_the_fused_pairwise_ciou_keeps_the_elementwise_paths_bits() -> None:
+def test_the_fused_pairwise_ciou_keeps_the_elementwise_forms_bits() -> None:
     packages = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
     path = os.pathsep.join([*packages, os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}

@@ -7,9 +7,12 @@
 * :func:`attention_weights`: attention logits and softmax in at least float32 under autocast.
 * :func:`rle_negative_log_likelihood`: the keypoint RLE density in at least float32 under
   autocast.
+* :func:`ciou_kernel`: the assigner's pairwise Complete IoU in one pass on CUDA (Triton), bit for
+  bit the elementwise form; :func:`ciou_kernel_applies` says when it may stand in.
 """
 
 from lucid_kernels.attention import attention_weights
+from lucid_kernels.box_overlap import ciou_kernel, ciou_kernel_applies
 from lucid_kernels.density import rle_negative_log_likelihood, standard_normal_log_prob
 from lucid_kernels.host_split import host_split
 from lucid_kernels.padding import (
@@ -31,6 +34,8 @@ __all__ = [
     "__version__",
     "attention_weights",
     "capacity_report",
+    "ciou_kernel",
+    "ciou_kernel_applies",
     "host_split",
     "pad_positions",
     "pad_to_capacity",
