@@ -21,6 +21,7 @@ D13):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -72,6 +73,23 @@ class HsvParams:
         sat = np.clip(x * (1 + self.saturation), 0, 255)
         val = np.clip(x * (1 + self.value), 0, 255)
         return np.stack([hue, sat, val]).astype(np.uint8)
+
+
+def colour_arrays(draws: Sequence[HsvParams]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch's draws as `jitter_batch` reads them: ``(B, 3, 3)`` float32 matrices (the identity
+    without jitter or under the authors' rule), ``(B, 3, 256)`` uint8 tables (``(0, 3, 256)``
+    unless some draw jitters by the authors' rule) and ``(B,)`` bool, which draws jitter."""
+    jitter = np.array([not d.is_identity for d in draws], dtype=bool)
+    eye = np.eye(3, dtype=np.float32)
+    matrices = np.stack(
+        [
+            d.matrix().astype(np.float32) if j and d.rule == "matrix" else eye
+            for d, j in zip(draws, jitter, strict=True)
+        ]
+    )
+    authors = any(j and d.rule == "authors" for d, j in zip(draws, jitter, strict=True))
+    tables = np.stack([d.tables() for d in draws]) if authors else np.zeros((0, 3, 256), np.uint8)
+    return matrices, tables, jitter
 
 
 @cache
@@ -127,6 +145,24 @@ def jitter_levels(planes: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
     value *= torch.tensor(1 / 255, dtype=torch.float32)
     rgb = _inverse_tables(device).index_select(1, hs.reshape(-1)).reshape(3, *hs.shape)
     return (rgb * value * 255).to(torch.uint8)  # levels in [0, 255]: the cast truncates
+
+
+def jitter_batch(
+    image: torch.Tensor, matrices: torch.Tensor, tables: torch.Tensor, jitter: torch.Tensor
+) -> torch.Tensor:
+    """A painted ``(B, S, S, 3)`` float32 batch of whole levels jittered as the CPU renderer
+    jitters each sample: through ``tables`` ``(B, 3, 256)`` where there are any (the authors'
+    rule; a sample whose ``jitter`` is False keeps its levels), else through ``matrices``
+    ``(B, 3, 3)`` as Pillow's matrix convert rounds (float32 products, + 0.5, truncation, clipped
+    to 0..255; the identity matrix of a sample without jitter keeps its whole levels)."""
+    if tables.numel():
+        planes = jitter_levels(image.permute(3, 0, 1, 2), tables)
+        jittered = planes.permute(1, 2, 3, 0).to(image.dtype)
+        return torch.where(jitter[:, None, None, None], jittered, image)
+    m = matrices.to(image.dtype)[:, None, None]  # (B, 1, 1, 3 out, 3 in)
+    out = image[..., 0:1] * m[..., 0]
+    out.addcmul_(image[..., 1:2], m[..., 1]).addcmul_(image[..., 2:3], m[..., 2])
+    return out.add_(0.5).floor_().clamp_(0, 255)
 
 
 def _lookup(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

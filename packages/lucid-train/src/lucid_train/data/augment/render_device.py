@@ -15,9 +15,8 @@ whatever device the batch is on (CUDA in training, the CPU in tests). The semant
 - mixup: the partner's plane blended with Pillow's weights and truncation;
 - copy-paste: where the rings' mask (rasterised by Pillow in the worker, shipped as bits) is set,
   the pixel comes from the mirrored image;
-- HSV: the colour matrix, rounded and clipped as Pillow's matrix convert rounds, or under
-  `AugmentConfig.hsv_rule` ``authors`` their 8-bit HSV round trip, the CPU renderer's own
-  function (`hsv.jitter_levels`);
+- HSV: the colour matrix as Pillow rounds it, or the authors' 8-bit HSV round trip
+  (`AugmentConfig.hsv_rule`), by the CPU renderer's own arithmetic (`hsv.jitter_batch`);
 - flip.
 
 Coordinates are float32 on the device where Pillow uses float64, so a pixel can differ from the
@@ -41,7 +40,7 @@ import torch
 from PIL import Image
 
 from lucid_train.data.augment.copy_paste import paste_mask
-from lucid_train.data.augment.hsv import jitter_levels
+from lucid_train.data.augment.hsv import colour_arrays, jitter_batch
 from lucid_train.data.augment.plan import PixelPlan, SizedImage
 from lucid_train.data.augment.warp import pixel_crop
 from lucid_train.data.image_io import CorruptImageError, EncodedImage
@@ -194,19 +193,8 @@ class PixelBatch:
             chosen = image[self.paste_sample]
             pasted = torch.where(mask[..., None], chosen.flip(2), chosen)
             image = image.index_copy(0, self.paste_sample, pasted)
-        if self.any_hsv and self.hsv_tables.numel():
-            # the authors' 8-bit HSV round trip, the CPU renderer's function (`jitter_levels`)
-            planes = jitter_levels(image.permute(3, 0, 1, 2), self.hsv_tables)
-            jittered = planes.permute(1, 2, 3, 0).to(image.dtype)
-            image = torch.where(self.jitter[:, None, None, None], jittered, image)
-        elif self.any_hsv:
-            # Pillow's matrix convert: float32 products, + 0.5, truncation, clipped to 0..255. A
-            # sample without jitter has the identity matrix, which keeps its whole levels as
-            # they are, so every sample goes through the same three passes.
-            m = self.hsv.to(image.dtype)[:, None, None]  # (B, 1, 1, 3 out, 3 in)
-            jitter = image[..., 0:1] * m[..., 0]
-            jitter.addcmul_(image[..., 1:2], m[..., 1]).addcmul_(image[..., 2:3], m[..., 2])
-            image = jitter.add_(0.5).floor_().clamp_(0, 255)
+        if self.any_hsv:
+            image = jitter_batch(image, self.hsv, self.hsv_tables, self.jitter)
         if not fold_flip:
             image = torch.where(self.flip[:, None, None, None], image.flip(2), image)
         return image.to(torch.uint8)
@@ -457,8 +445,7 @@ def pack_plans(
     bits = [
         np.packbits(np.asarray(paste_mask(list(plans[b].paste), (size, size))) > 0) for b in pasted
     ]
-    eye = np.eye(3, dtype=np.float32)
-    authors = any(p.hsv.rule == "authors" and not p.hsv.is_identity for p in plans)
+    matrices, tables, jitter = colour_arrays([p.hsv for p in plans])
     files = [_jpeg(sources[i]) for i in encoded]
     return PixelBatch(
         size=size,
@@ -476,16 +463,12 @@ def pack_plans(
         paste_bits=torch.from_numpy(
             np.stack(bits) if bits else np.zeros((0, size * size // 8), np.uint8)
         ),
-        hsv=torch.from_numpy(np.stack([_colour(p, eye) for p in plans])),
-        hsv_tables=torch.from_numpy(
-            np.stack([p.hsv.tables() for p in plans])
-            if authors
-            else np.zeros((0, 3, 256), np.uint8)
-        ),
-        jitter=torch.tensor([not p.hsv.is_identity for p in plans]),
+        hsv=torch.from_numpy(matrices),
+        hsv_tables=torch.from_numpy(tables),
+        jitter=torch.from_numpy(jitter),
         flip=torch.tensor([p.flip for p in plans]),
         axis_aligned=aligned,
-        any_hsv=not all(p.hsv.is_identity for p in plans),
+        any_hsv=bool(jitter.any()),
         jpeg=torch.frombuffer(bytearray(b"".join(files)), dtype=torch.uint8)
         if files
         else torch.zeros(0, dtype=torch.uint8),
@@ -493,12 +476,6 @@ def pack_plans(
         jpeg_hw=torch.from_numpy(hw[len(decoded) :].copy()),
         jpeg_paths=tuple(paths.get(i, str(i)) for i in encoded),
     )
-
-
-def _colour(plan: PixelPlan, eye: np.ndarray) -> np.ndarray:
-    if plan.hsv.is_identity or plan.hsv.rule == "authors":
-        return eye
-    return plan.hsv.matrix().astype(np.float32)
 
 
 def _jpeg(image: SizedImage) -> bytes:
