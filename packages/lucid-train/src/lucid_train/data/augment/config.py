@@ -96,8 +96,8 @@ class AugmentConfig:
             )
         if self.close_mosaic < 0:
             raise ValueError(f"AugmentConfig.close_mosaic: expected >= 0, got {self.close_mosaic}")
-        if self.hsv_rule not in get_args(HsvRule):
-            rules = get_args(HsvRule)
+        rules = get_args(HsvRule)
+        if self.hsv_rule not in rules:
             raise ValueError(
                 f"AugmentConfig.hsv_rule: expected one of {rules}, got {self.hsv_rule!r}"
             )

@@ -111,12 +111,13 @@ def _inverse_tables(device: torch.device) -> torch.Tensor:
     h = torch.arange(_HUE_RANGE, dtype=f32) * torch.tensor(6 / _HUE_RANGE, dtype=f32)
     s = torch.arange(256, dtype=f32) * torch.tensor(1 / 255, dtype=f32)
     sector = h.trunc()
-    frac = (h - sector)[:, None].double()
+    frac = (h - sector)[:, None]
+    # a float32 product is exact in float64, so 1 - s·f there, then float32, is rounded once
     sd = s[None].double()
     ones = torch.ones(_HUE_RANGE, 256, dtype=f32)
     one_minus_s = (1 - s).expand(_HUE_RANGE, 256)
-    one_minus_sf = (1 - sd * frac).float()
-    one_minus_s_rest = (1 - sd * (1 - frac).float().double()).float()
+    one_minus_sf = (1 - sd * frac.double()).float()
+    one_minus_s_rest = (1 - sd * (1 - frac).double()).float()  # 1 - f in float32, as theirs
     corners = torch.stack([ones, one_minus_s, one_minus_sf, one_minus_s_rest])  # (4, H, S)
     pick = torch.tensor(_SECTORS)[sector.long()]  # (H, 3): the corner each channel takes
     rgb = torch.gather(corners.permute(1, 2, 0), 2, pick[:, None].expand(-1, 256, -1))
