@@ -8,9 +8,13 @@ plus shapes, about COCO's size and entropy) in a temporary folder, then measures
 * ``loader``: the real `LucidDataModule` train DataLoader with ``--workers`` processes, batch
   ``--batch``, pinned memory when CUDA is present, after warm-up batches.
 
-With ``--render device`` (the default on CUDA) a worker only plans and packs (decode with
-``--decode cpu``, label work, masks), and ``loader`` includes painting each batch on the GPU
-(and nvJPEG decode with ``--decode device``), as a training step receives it.
+With ``--render device`` a worker only plans and packs (decode with ``--decode cpu``, label
+work, masks), and ``loader`` includes painting each batch on the GPU (and nvJPEG decode with
+``--decode device``), as a training step receives it. The defaults are a fit's: ``--render
+auto`` takes what ``lucid fit --data.render auto`` would for ``--variant`` on this machine's
+first GPU (`lucid_train.data.render_choice`), and the mosaic partner pool is the data module's
+default (the authors' buffer since 2026-12-04); the load-time resize is the data module's
+default too, and so are mixup and copy-paste (the authors' `default.yaml`).
 
 Run (no dependencies beyond torch, numpy, pillow, lightning, pycocotools)::
 
@@ -21,6 +25,7 @@ Run (no dependencies beyond torch, numpy, pillow, lightning, pycocotools)::
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -36,6 +41,7 @@ from PIL import Image, ImageDraw
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import MOSAIC_POOLS
+from lucid_train.data.render_choice import auto_render
 from lucid_train.data.transport import collate
 
 
@@ -131,16 +137,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-worker-images", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--batches", type=int, default=16)
-    parser.add_argument("--mixup", type=float, default=0.0)
-    parser.add_argument("--copy-paste", type=float, default=0.1)
+    parser.add_argument("--mixup", type=float, default=AugmentConfig().mixup)
+    parser.add_argument("--copy-paste", type=float, default=AugmentConfig().copy_paste)
     where = "device" if torch.cuda.is_available() else "cpu"
-    parser.add_argument("--render", default=where, choices=["cpu", "device"])
+    parser.add_argument("--render", default="auto", choices=["auto", "cpu", "device"])
+    parser.add_argument("--variant", default="n", help="the model scale --render auto is for")
     parser.add_argument("--decode", default=where, choices=["cpu", "device"])
-    parser.add_argument("--mosaic-pool", default="batch", choices=list(MOSAIC_POOLS))
+    pool = inspect.signature(LucidDataModule).parameters["mosaic_pool"].default
+    parser.add_argument("--mosaic-pool", default=pool, choices=list(MOSAIC_POOLS))
     parser.add_argument(
         "--source", type=Path, default=None, help="an existing COCO-layout set instead"
     )
     args = parser.parse_args(argv)
+    if args.render == "auto":  # as the fit resolves it, with its reason kept in the result
+        card = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+        args.render, args.render_why = auto_render(args.task, args.variant, args.workers, card=card)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.source or Path(tmp)
         mean_kb = None if args.source else _write_set(root, args.images, 640, 480, seed=0)
@@ -148,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     result.update(
         task=args.task, size=args.size, batch=args.batch, workers=args.workers, cpus=os.cpu_count(),
         mixup=args.mixup, copy_paste=args.copy_paste, render=args.render, decode=args.decode,
+        render_why=getattr(args, "render_why", None), variant=args.variant,
         mosaic_pool=args.mosaic_pool,
         mean_jpeg_kb=mean_kb, torch=torch.__version__,
         python=platform.python_version(), cuda=torch.cuda.is_available(),

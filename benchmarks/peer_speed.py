@@ -271,11 +271,12 @@ def run_peer(
 
 
 def loader_alone(
-    args: argparse.Namespace, task: str, batch: int, data: dict[str, Any], out: Path
+    args: argparse.Namespace, task: str, scale: str, batch: int, data: dict[str, Any], out: Path
 ) -> float | None:
-    """`benchmark_loader` on the same set, the default augmentation (no model: one per task
-    and batch, shared by the scales)."""
-    path = out / f"loader-{task}-b{batch}.json"
+    """`benchmark_loader` on the same set with the fit's data defaults: the default
+    augmentation, the partner pool and load-time resize, and the renderer ``--data.render
+    auto`` takes for ``scale`` (no model)."""
+    path = out / f"loader-{task}-{scale}-b{batch}.json"
     if path.is_file():
         return float(json.loads(path.read_text())["loader_img_s"])
     per_epoch = max(data["train_images"] // batch, 1)  # the loader runs one epoch
@@ -297,12 +298,14 @@ def loader_alone(
         "0",
         "--source",
         data["coco"],
+        "--variant",
+        scale,
         "--warmup",
         str(warmup),
         "--batches",
         str(per_epoch - warmup),
     ]
-    log = out / f"loader-{task}-b{batch}.log"
+    log = out / f"loader-{task}-{scale}-b{batch}.log"
     _run_logged(cmd, _child_env(args.device), log, args.side_timeout)
     if not path.is_file():
         return None
@@ -332,7 +335,7 @@ def run_row(
         used = next_batch(used)
     row["batches_tried"] = tried
     if "loader" in sides:
-        row["loader_img_s"] = loader_alone(args, task, row["batch_used"], data, args.out)
+        row["loader_img_s"] = loader_alone(args, task, scale, row["batch_used"], data, args.out)
     return summarise_row(row)
 
 
