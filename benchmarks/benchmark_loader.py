@@ -126,7 +126,9 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options, ``--render auto`` resolved as a fit resolves it (its reason in
+    ``render_why``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the results")
     parser.add_argument("--task", default="segment", choices=["detect", "segment", "pose", "obb"])
@@ -149,9 +151,15 @@ def main(argv: list[str] | None = None) -> None:
         "--source", type=Path, default=None, help="an existing COCO-layout set instead"
     )
     args = parser.parse_args(argv)
-    if args.render == "auto":  # as the fit resolves it, with its reason kept in the result
+    args.render_why = None
+    if args.render == "auto":
         card = torch.cuda.get_device_name() if torch.cuda.is_available() else None
         args.render, args.render_why = auto_render(args.task, args.variant, args.workers, card=card)
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         root = args.source or Path(tmp)
         mean_kb = None if args.source else _write_set(root, args.images, 640, 480, seed=0)
@@ -159,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     result.update(
         task=args.task, size=args.size, batch=args.batch, workers=args.workers, cpus=os.cpu_count(),
         mixup=args.mixup, copy_paste=args.copy_paste, render=args.render, decode=args.decode,
-        render_why=getattr(args, "render_why", None), variant=args.variant,
+        render_why=args.render_why, variant=args.variant,
         mosaic_pool=args.mosaic_pool,
         mean_jpeg_kb=mean_kb, torch=torch.__version__,
         python=platform.python_version(), cuda=torch.cuda.is_available(),
