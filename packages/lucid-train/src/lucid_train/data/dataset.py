@@ -76,6 +76,12 @@ def load_resized(image: Image.Image, targets: Targets, size: int) -> tuple[Image
         return image, targets
     m = scaling(w / image.width, h / image.height)
     moved = transform_targets(targets, m, (0.0, 0.0, float(w), float(h)))
+    if w > image.width:
+        # An enlargement: Pillow's separable resize, which widens its filter only to shrink, so
+        # here the same two bilinear taps as the affine, 2.5x faster and rounded where the
+        # affine truncates: equal to cv2's INTER_LINEAR on 77 % of pixels against the affine's
+        # 65 %, both never a level further (tests/peer/test_load_resize_ladder.py).
+        return image.resize((w, h), Image.Resampling.BILINEAR, reducing_gap=None), moved
     return warp_image(image, m, (w, h)), moved
 
 
