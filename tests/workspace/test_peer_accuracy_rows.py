@@ -7,6 +7,8 @@ from one seed, with every class annotated and each box its polygon's extent."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +201,25 @@ def test_the_allcats_arm_trains_every_category_of_the_coco_file(tmp_path: Path) 
     assert ours.arm_flags("4+batch") == ("4", ["--data.mosaic_pool", "batch"])
     with pytest.raises(SystemExit, match=r"\+allcats needs a COCO set"):
         ours.arm_flags("auto+allcats")
+
+
+def test_every_arm_option_is_a_flag_lucid_fit_takes() -> None:
+    """Each ``+option`` of an arm (`peer_ours.ARM_OPTIONS`) is parsed by ``lucid fit`` into the
+    value it names, so an A/B arm cannot silently train the default (options that set the same
+    key are parsed in separate runs)."""
+    ours = load_benchmark("peer_ours")
+    groups: list[dict[str, list[str]]] = []
+    for flags in ours.ARM_OPTIONS.values():
+        free = next((g for g in groups if flags[0] not in g), None)
+        if free is None:
+            groups.append(free := {})
+        free[flags[0]] = flags
+    for group in groups:
+        flags = [f for pair in group.values() for f in pair]
+        run = subprocess.run(
+            [sys.executable, "-m", "lucid_train", "fit", *flags, "--print_config"],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-1500:]
+        for flag, value in group.values():
+            assert f"{flag.split('.')[-1]}: {value}" in run.stdout, (flag, value)
