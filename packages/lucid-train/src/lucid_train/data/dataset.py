@@ -69,8 +69,9 @@ def load_size(height: int, width: int, size: int) -> tuple[int, int]:
 
 def load_resized(image: Image.Image, targets: Targets, size: int) -> tuple[Image.Image, Targets]:
     """``image`` and ``targets`` resized to `load_size` by a bilinear resample without
-    antialiasing, as their ``cv2.resize(INTER_LINEAR)`` (same pixel-centre convention): the first
-    of the authors' two resamples (assumptions.md D24)."""
+    antialiasing, as their ``cv2.resize(INTER_LINEAR)`` (same pixel-centre convention; Pillow's
+    affine to shrink, its separable resize to enlarge): the first of the authors' two resamples
+    (assumptions.md D24)."""
     h, w = load_size(image.height, image.width, size)
     if (h, w) == (image.height, image.width):
         return image, targets
