@@ -417,10 +417,12 @@ def pack_plans(
     slot_of = {index: k for k, index in enumerate(decoded + encoded)}
     hw = np.array([(sources[i].height, sources[i].width) for i in decoded + encoded], np.int64)
     first_row = np.concatenate([[0], np.cumsum(hw[:, 0] * hw[:, 1])[:-1]]).astype(np.int64)
-    arrays = [np.asarray(_rgb(sources[i], paths.get(i, str(i))), np.uint8) for i in decoded]
-    rows = (
-        np.concatenate([a.reshape(-1, 3) for a in arrays]) if arrays else np.zeros((0, 3), np.uint8)
-    )
+    # each decoded source copied once, straight into its rows (a concatenation copies twice)
+    rows = np.empty((int((hw[: len(decoded), 0] * hw[: len(decoded), 1]).sum()), 3), np.uint8)
+    for k, i in enumerate(decoded):
+        start = int(first_row[k])
+        pixels = np.asarray(_rgb(sources[i], paths.get(i, str(i))), np.uint8).reshape(-1, 3)
+        rows[start : start + len(pixels)] = pixels
     planes = [p.base for p in plans] + [p.mixup[0] for p in plans if p.mixup is not None]
     # As many slots as the batch's fullest plane: a batch of letterboxed planes (no mosaic, as in
     # the close-mosaic epochs) paints one tile per pixel, not four.
