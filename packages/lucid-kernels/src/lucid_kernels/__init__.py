@@ -9,9 +9,12 @@
   autocast.
 * :func:`ciou_kernel`: the assigner's pairwise Complete IoU in one pass on CUDA (Triton), bit for
   bit the elementwise form; :func:`ciou_kernel_applies` says when it may stand in.
+* :func:`batch_norm_silu`: training-mode BatchNorm and SiLU fused on channels-last CUDA tensors
+  (Triton), deterministic; :func:`batch_norm_silu_applies` says when it may stand in.
 """
 
 from lucid_kernels.attention import attention_weights
+from lucid_kernels.batch_norm_act import batch_norm_silu, batch_norm_silu_applies
 from lucid_kernels.box_overlap import ciou_kernel, ciou_kernel_applies
 from lucid_kernels.density import rle_negative_log_likelihood, standard_normal_log_prob
 from lucid_kernels.host_split import host_split
@@ -33,6 +36,8 @@ __all__ = [
     "Padded",
     "__version__",
     "attention_weights",
+    "batch_norm_silu",
+    "batch_norm_silu_applies",
     "capacity_report",
     "ciou_kernel",
     "ciou_kernel_applies",

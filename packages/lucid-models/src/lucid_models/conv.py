@@ -3,18 +3,29 @@
 BatchNorm uses ``eps=1e-3`` and ``momentum=0.03``, the values the authors' builds set on every
 BatchNorm (assumptions.md M2). The attribute names ``conv``/``bn``/``act`` are the authors', so
 a state dict lines up with their checkpoints.
+
+In training on CUDA, with a channels-last input, the BatchNorm and the SiLU run as one fused
+pair of Triton passes (`lucid_kernels.batch_norm_silu`): the same statistics, running-buffer
+updates and gradients, without the BatchNorm's output ever reaching memory. Setting
+``LUCID_FUSE_BN_SILU=0`` in the environment (or `FUSE_BN_SILU` to False) keeps torch's two
+operations, for comparison.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 from torch import Tensor, nn
 
-__all__ = ["BN_EPS", "BN_MOMENTUM", "ConvBNAct", "depthwise"]
+from lucid_kernels import batch_norm_silu, batch_norm_silu_applies
+
+__all__ = ["BN_EPS", "BN_MOMENTUM", "FUSE_BN_SILU", "ConvBNAct", "depthwise"]
 
 BN_EPS = 1e-3
 BN_MOMENTUM = 0.03
+FUSE_BN_SILU = os.environ.get("LUCID_FUSE_BN_SILU", "1") != "0"
+"""Whether a training ``ConvBNAct`` on CUDA fuses its BatchNorm and SiLU where it may."""
 
 
 class ConvBNAct(nn.Module):
@@ -62,7 +73,25 @@ class ConvBNAct(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """``(B, C_in, H, W)`` -> ``(B, C_out, H', W')``."""
-        return self.act(self.bn(self.conv(x)))  # type: ignore[no-any-return]
+        y = self.conv(x)
+        bn = self.bn
+        w, b, mean, var = bn.weight, bn.bias, bn.running_mean, bn.running_var
+        if (
+            self.training
+            and FUSE_BN_SILU
+            and type(self.act) is nn.SiLU
+            and type(bn) is nn.BatchNorm2d
+            and bn.momentum is not None
+            and bn.num_batches_tracked is not None
+            and w is not None
+            and b is not None
+            and mean is not None
+            and var is not None
+            and batch_norm_silu_applies(y, w, b, mean, var)
+        ):
+            bn.num_batches_tracked.add_(1)
+            return batch_norm_silu(y, w, b, mean, var, bn.momentum, bn.eps)
+        return self.act(bn(y))  # type: ignore[no-any-return]
 
 
 def depthwise(in_channels: int, out_channels: int, kernel_size: int = 3) -> ConvBNAct:

@@ -1,0 +1,58 @@
+"""`lucid_kernels.batch_norm_silu` on the CPU, under Triton's interpreter (in a process of its
+own: the interpreter is chosen when the kernels are defined): outputs, running statistics and
+gradients equal torch's BatchNorm and SiLU to float32 rounding, for channel counts under, at and
+over a block and a partial last block of rows. Its CUDA twin is
+`tests/lucid-kernels/test_batch_norm_act_gpu.py`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton", reason="the fused pair is a set of Triton kernels")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CHECK = """
+import torch
+import torch.nn.functional as F
+from lucid_kernels.batch_norm_act import batch_norm_silu
+torch.manual_seed(0)
+for shape in [(2, 16, 5, 7), (3, 80, 9, 4), (2, 3, 3, 1)]:
+    c = shape[1]
+    x = (torch.randn(shape) * 3 + 5).contiguous(memory_format=torch.channels_last)
+    w, b = torch.rand(c) + 0.5, torch.randn(c)
+    rm, rv = torch.randn(c), torch.rand(c) + 0.5
+    dz = torch.randn(shape)
+    outs = []
+    for fused in (True, False):
+        xi, wi, bi = (t.clone().requires_grad_() for t in (x, w, b))
+        m, v = rm.clone(), rv.clone()
+        if fused:
+            z = batch_norm_silu(xi, wi, bi, m, v, 0.03, 1e-3)
+        else:
+            z = F.silu(F.batch_norm(xi, m, v, wi, bi, True, 0.03, 1e-3))
+        z.backward(dz)
+        outs.append([z.detach(), m, v, xi.grad, wi.grad, bi.grad])
+    for name, got, ref in zip(["z", "mean", "var", "gx", "gw", "gb"], *outs):
+        err = float((got - ref).abs().max() / ref.abs().max())
+        assert err < 2e-6, (shape, name, err)
+    assert outs[0][0].is_contiguous(memory_format=torch.channels_last)
+    print(shape, "agrees")
+"""
+
+
+def test_the_fused_batch_norm_silu_equals_torchs_pair_under_the_interpreter() -> None:
+    packages = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+    path = os.pathsep.join([*packages, os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    run = subprocess.run(
+        [sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.count("agrees") == 3, run.stdout
