@@ -3,7 +3,7 @@
 Why: every YOLO26 convolution is followed by a BatchNorm and a SiLU. Run as two operations, the
 BatchNorm writes its output, the SiLU reads it back and writes its own, and the backward does the
 same in reverse: at batch 64, 640 px these were about a third of a yolo26s/m step's device time
-(cuDNN's NHWC BatchNorm 13-28 ms and the SiLU 7-15 ms a step on an H100,
+(cuDNN's NHWC BatchNorm 15-29 ms and the SiLU 7-15 ms a step on an H100,
 docs/benchmarks/step-profile.md). Fused, the BatchNorm's output never reaches memory: the forward
 reads ``x`` twice and writes ``z`` once, the backward reads ``dz`` and ``x`` twice and writes
 ``dx`` once, and only ``x`` is kept for the backward (the SiLU's input is recomputed).
