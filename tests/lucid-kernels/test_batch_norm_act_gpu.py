@@ -116,3 +116,14 @@ def test_a_training_conv_unit_on_cuda_takes_the_fused_pair_and_eval_does_not() -
     finally:
         conv.batch_norm_silu = original  # type: ignore[assignment]
         conv.FUSE_BN_SILU = True
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_fused_batch_norm_silu_on_a_device_other_than_the_current_one() -> None:
+    case = {k: v.to("cuda:1") for k, v in _case((4, 32, 12, 12), torch.float16).items()}
+    case["x"] = case["x"].contiguous(memory_format=torch.channels_last)
+    with torch.cuda.device(0):
+        got = _run(case, True)
+    with torch.cuda.device(1):
+        ref = _run(case, True)
+    assert all(torch.equal(a, b) for a, b in zip(got, ref, strict=True))

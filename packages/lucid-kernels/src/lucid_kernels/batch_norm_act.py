@@ -77,6 +77,10 @@ def batch_norm_silu(
     """
     if not HAVE_TRITON:
         raise RuntimeError("batch_norm_silu needs Triton (installed with torch's CUDA wheels)")
+    if x.is_cuda and x.get_device() != torch.cuda.current_device():
+        # Triton launches on the current device; the backward's thread is the tensors' already
+        with torch.cuda.device(x.device):
+            return batch_norm_silu(x, weight, bias, running_mean, running_var, momentum, eps)
     out: Tensor = _BatchNormSiLU.apply(  # type: ignore[no-untyped-call]
         x, weight, bias, running_mean, running_var, momentum, eps
     )

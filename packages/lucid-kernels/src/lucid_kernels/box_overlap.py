@@ -56,6 +56,9 @@ def ciou_kernel(gt_boxes: torch.Tensor, pred_boxes: torch.Tensor, eps: float) ->
     """
     if not HAVE_TRITON:
         raise RuntimeError("ciou_kernel needs Triton (installed with torch's CUDA wheels)")
+    if gt_boxes.is_cuda and gt_boxes.get_device() != torch.cuda.current_device():
+        with torch.cuda.device(gt_boxes.device):  # Triton launches on the current device
+            return ciou_kernel(gt_boxes, pred_boxes, eps)
     gt, pred = gt_boxes.float().contiguous(), pred_boxes.float().contiguous()
     b, m, _ = gt.shape
     anchors = pred.shape[1]
