@@ -185,3 +185,15 @@ def test_a_full_disk_during_a_fit_is_one_line(
         subprocess.run(["umount", str(disk)], check=False)
     assert code == 2 and "the disk is full" in line and "keeps its previous version" in line
     assert not leftovers
+
+
+@pytest.mark.parametrize("spelling", [["--model", "yolo26q"], ["--model=yolo26s-segm"]])
+def test_an_unknown_model_name_is_refused_in_one_line_with_the_forms(
+    spelling: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before any data is read; was jsonargparse's report of the link from the name to the task
+    ("Call to compute_fn of link ... failed")."""
+    code = cli.main(["fit", *spelling, "--data.root", "/nonexistent"])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2
+    assert "expected e.g. yolo26n, yolo26n-seg" in line and "compute_fn" not in line, line

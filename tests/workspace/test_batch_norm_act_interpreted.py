@@ -1,8 +1,8 @@
 """`lucid_kernels.batch_norm_silu` on the CPU, under Triton's interpreter (in a process of its
 own: the interpreter is chosen when the kernels are defined): outputs, running statistics and
 gradients equal torch's BatchNorm and SiLU to float32 rounding, for channel counts under, at and
-over a block, a partial last block of rows, and programs that combine many tiles and partials. Its CUDA twin is
-`tests/lucid-kernels/test_batch_norm_act_gpu.py`."""
+over a block, a partial last block of rows, and programs that combine many tiles and partials.
+Its CUDA twin is `tests/lucid-kernels/test_batch_norm_act_gpu.py`."""
 
 from __future__ import annotations
 

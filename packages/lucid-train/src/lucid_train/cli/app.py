@@ -62,6 +62,7 @@ from lucid_train.cli.resume import CONFIG_FILE, Resume, resume_argv
 from lucid_train.data import LucidDataModule
 from lucid_train.data.classes import model_classes
 from lucid_train.distributed import fit_strategy, shared_run_dir
+from lucid_train.errors import LucidError
 from lucid_train.model_spec import parse_model
 from lucid_train.run.run_folder import checked_run_dir, writable_folder
 from lucid_train.run.trainer import build_loggers, build_trainer, new_run_dir
@@ -92,6 +93,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # a bug: its traceback is the report
         return code
     return cli.exit_code
+
+
+def _known_model(name: str) -> str:
+    """``name`` when it names a model; else one line saying the forms (not jsonargparse's report
+    of the link from the name to the task, which would quote the link)."""
+    try:
+        parse_model(name)
+    except ValueError as err:
+        raise LucidError(str(err)) from None
+    return name
 
 
 class LucidCLI(LightningCLI):
@@ -194,9 +205,9 @@ class LucidCLI(LightningCLI):
             token, value = rest[i], rest[i + 1] if i + 1 < len(rest) else None
             if verb == "fit" and token.startswith("--model="):
                 name = token.partition("=")[2]
-                out += ["--model.model", name] if is_model_name(name) else [token]
+                out += ["--model.model", _known_model(name)] if is_model_name(name) else [token]
             elif verb == "fit" and token == "--model" and value and is_model_name(value):
-                out += ["--model.model", value]
+                out += ["--model.model", _known_model(value)]
                 i += 1
             elif (value is None or value.startswith("--")) and takes_bool(sub, token):
                 out.append(f"{token}=true")
