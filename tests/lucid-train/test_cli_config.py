@@ -298,7 +298,6 @@ def test_switches_of_the_old_command_still_take_no_value() -> None:
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
-        (["--model", "yolo27n"], "model 'yolo27n': expected e.g. yolo26n"),
         (["--trainer.accumulate_grad_batches", "0"], "accumulate must be 'auto' or a positive"),
         (["--data.render", "gpu"], "data.render"),
     ],

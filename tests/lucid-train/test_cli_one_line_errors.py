@@ -85,6 +85,19 @@ def test_a_broken_config_file_is_named_with_its_line(
     assert code == 2 and f"--config {bad}:3:1: not valid YAML" in line
 
 
+def test_a_config_naming_the_model_as_the_command_line_does_is_told_the_yaml_form(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``model: yolo26s`` at the top level: was "Unable to load config 'yolo26s'" from the
+    parser, which reads a section's string as the path of a config file."""
+    shorthand = tmp_path / "run.yaml"
+    shorthand.write_text("# my run\nmodel: yolo26s\ndata:\n  img_size: 320\n")
+    code = cli.main(["fit", "--config", str(shorthand)])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2 and f"--config {shorthand}:2: 'model: yolo26s'" in line
+    assert "'  model: yolo26s'" in line
+
+
 def test_a_checkpoint_naming_an_unknown_model_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -187,7 +200,7 @@ def test_a_full_disk_during_a_fit_is_one_line(
     assert not leftovers
 
 
-@pytest.mark.parametrize("spelling", [["--model", "yolo26q"], ["--model=yolo26s-segm"]])
+@pytest.mark.parametrize("spelling", [["--model", "yolo27n"], ["--model=yolo26s-segm"]])
 def test_an_unknown_model_name_is_refused_in_one_line_with_the_forms(
     spelling: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:

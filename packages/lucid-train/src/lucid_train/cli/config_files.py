@@ -2,11 +2,13 @@
 
 jsonargparse reports a YAML syntax error with its line and column in ``"<unicode string>"``:
 the text, not the file. `check_config_files` parses each file given to ``--config`` first and
-refuses a broken one as ``path:line:column: ...``.
+refuses a broken one as ``path:line:column: ...``, and a top-level ``model: NAME`` (the command
+line's shorthand, which the parser would read as the path of a config) with the form it takes.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,7 +48,7 @@ def check_config_files(argv: Sequence[str]) -> None:
         except UnicodeDecodeError as err:
             raise ConfigFileError(f"--config {path}: not UTF-8 text ({err.reason})") from None
         try:
-            get_loader("yaml")(text)  # the parser's own loader (PyYAML, through jsonargparse)
+            config = get_loader("yaml")(text)  # the parser's own loader (PyYAML, through it)
         except Exception as err:  # a YAML error (the parser's message lacks the path)
             if type(err).__module__.split(".")[0] != "yaml":
                 raise
@@ -54,3 +56,22 @@ def check_config_files(argv: Sequence[str]) -> None:
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else f"{path}"
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise ConfigFileError(f"--config {where}: not valid YAML ({problem})") from None
+        _check_model_shorthand(path, config, text)
+
+
+def _check_model_shorthand(path: Path, config: object, text: str) -> None:
+    """Refuse ``model: yolo26s`` at a config's top level, the command line's ``--model yolo26s``
+    written as YAML: there ``model`` is the module's section, and the parser would try to read
+    the name as a config file."""
+    name = config.get("model") if isinstance(config, dict) else None
+    if not isinstance(name, str) or not name:
+        return
+    if "/" in name or Path(name).suffix in (".yaml", ".yml", ".json") or Path(name).is_file():
+        return  # the section in a file of its own, as jsonargparse reads one
+    lines = text.splitlines()
+    line = next((i + 1 for i, t in enumerate(lines) if re.match(r"model\s*:", t)), 1)
+    raise ConfigFileError(
+        f"--config {path}:{line}: 'model: {name}' names the model as the command line's "
+        f"--model does; in a config it is the module's section: write 'model:' and under it "
+        f"'  model: {name}'"
+    )
