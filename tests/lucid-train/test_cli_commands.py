@@ -101,6 +101,20 @@ def test_predict_writes_json_and_overlays_for_a_folder(
     assert len(list(out.glob("*.jpg"))) == 2
 
 
+def test_predict_on_one_undecodable_file_says_so_in_one_line(
+    detect_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was the data loader's advice ("read the split with verify='full'"), which a source is not."""
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"\xff\xd8 not a JPEG")
+    code = main(["predict", "--ckpt", str(detect_run / "checkpoints" / "best.ckpt"),
+                 "--source", str(broken), "--out", str(tmp_path / "pred")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"lucid predict: error: --source {broken}: cannot decode image" in err
+    assert "verify" not in err and "a folder" in err
+
+
 @pytest.mark.slow
 def test_a_checkpoint_of_another_task_is_refused_naming_file_task_and_fix(
     detect_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

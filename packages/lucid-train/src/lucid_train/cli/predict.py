@@ -84,8 +84,12 @@ def predict_images(
         try:
             image = open_rgb(path)
         except CorruptImageError as err:
-            if Path(source).is_file():
-                raise  # the one image asked for: its error is the answer
+            if Path(source).is_file():  # the one image asked for: its error is the answer
+                raise CorruptImageError(
+                    f"--source {path}: cannot decode image ({err.__cause__ or err}); re-encode "
+                    "it, or give another file or a folder (whose undecodable files are skipped "
+                    "and counted)"
+                ) from err
             bad.append(f"{path.name} ({err.__cause__ or err})")
             continue
         lb = LetterboxParams.fit(image.height, image.width, size)
