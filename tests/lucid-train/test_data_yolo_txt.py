@@ -121,6 +121,28 @@ def test_pose_lines_follow_kpt_shape(tmp_path: Path, write_image: Callable[..., 
     assert index.schema.flip_index == (1, 0)
 
 
+def test_a_detect_read_takes_segment_and_pose_lines_as_their_boxes_and_counts_them(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """As the authors' loader reads a segment or pose set for a box task: a polygon's enclosing
+    box, a pose line's box without its keypoints (``5 + K * D`` values); a line of another
+    length is still refused."""
+    yaml = BASE + "kpt_shape: [2, 3]\n"
+    lines = "0 0.1 0.2 0.3 0.2 0.3 0.6\n1 0.5 0.5 0.2 0.4 0.5 0.4 2 0.9 0.9 0\n0 0.5 0.5 0.2 0.4\n"
+    index = read_yolo(_dataset(tmp_path, write_image, yaml, {"x": lines}), "train", task="detect")
+    t = index.records[0].targets
+    np.testing.assert_allclose(t.boxes, [[10, 10, 30, 30], [40, 15, 60, 35], [40, 15, 60, 35]])
+    assert t.labels.tolist() == [0, 1, 0]
+    assert index.report.counts == {
+        "segment polygon read as its enclosing box (task detect)": 1,
+        "pose line read as its box, keypoints dropped (task detect)": 1,
+    }
+    (tmp_path / "bad").mkdir()
+    bad = _dataset(tmp_path / "bad", write_image, BASE, {"x": "0 0.5 0.5 0.2 0.4 0.9\n"})
+    with pytest.raises(DataFormatError, match=r"x.txt:1: expected 5 values for task 'detect'"):
+        read_yolo(bad, "train", task="detect")
+
+
 @pytest.mark.parametrize(
     ("task", "yaml_extra", "line", "match"),
     [

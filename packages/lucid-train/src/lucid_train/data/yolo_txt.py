@@ -9,6 +9,10 @@ instance per line, every coordinate normalised to ``[0, 1]`` by the image width 
   ``D`` 2 for ``x y``, 3 for ``x y v``)
 * ``obb``:     ``cls x1 y1 x2 y2 x3 y3 x4 y4`` (four corners; fitted to a rotated box)
 
+A ``detect`` read takes a segment or pose set as the authors' loader does for a box task: a
+polygon line is its enclosing box, a line of ``5 + K * D`` values (the set's ``kpt_shape``) its
+box without the keypoints; both counted in the load report.
+
 Values up to `SLACK` outside ``[0, 1]`` are clipped and counted, as the authors' loader accepts
 them; further out they are refused, naming the file and line. Boxes are clipped to the image.
 An empty label file is a background image; a *missing* label file is an error by default
@@ -175,6 +179,12 @@ def read_yolo(
     base = Path(base_name)
     root = base if base.is_absolute() else (data_yaml.parent / base)
     schema, dims = _schema(cfg, task, data_yaml)
+    shape = cfg.get("kpt_shape")  # a pose set read for boxes keeps each line's box
+    pose_values = (
+        5 + int(shape[0]) * int(shape[1])
+        if isinstance(shape, list) and len(shape) == 2 and all(_is_int(v) for v in shape)
+        else None
+    )
     report = LoadReport(f"{data_yaml} [{split}]")
     records: list[ImageRecord] = []
     for image in _split_images(root, cfg.get(split), data_yaml, split):
@@ -202,7 +212,9 @@ def read_yolo(
         else:
             text = read_text(lbl)
         width, height = size
-        targets = parse_label_text(text, schema, dims, width, height, str(lbl), report)
+        targets = parse_label_text(
+            text, schema, dims, width, height, str(lbl), report, pose_values=pose_values
+        )
         records.append(ImageRecord(len(records), image, height, width, targets))
     _count_orphan_labels(cfg.get(split), root, records, report)
     report.log()
@@ -233,9 +245,16 @@ def parse_label_text(
     height: int,
     where: str,
     report: LoadReport | None = None,
+    *,
+    pose_values: int | None = None,
 ) -> Targets:
     """Parse one label file's text into pixel `Targets` (see the module docstring); a box
-    without area is skipped, counted in ``report`` when given."""
+    without area is skipped, counted in ``report`` when given.
+
+    For ``detect``, as the authors' loader reads a segment or pose set for a box task: a line of
+    a class and at least 3 x y points is its polygon's enclosing box, and a line of
+    ``pose_values`` values (``5 + K * D`` of the set's ``kpt_shape``) its box, the keypoints
+    dropped; each counted in ``report``."""
     task, k = schema.task, schema.num_keypoints
     scale = np.array([width, height], np.float64)
     boxes, labels, rings, rboxes_in, kpts = [], [], [], [], []
@@ -252,6 +271,8 @@ def parse_label_text(
                 f"{at}: non-finite value (nan or inf) in {line.strip()!r}; write a number"
             )
         cls, coords = values[0], np.asarray(values[1:], np.float64)
+        if task == "detect" and len(values) != 5:
+            coords = _box_of_other_task(values, coords, pose_values, at, report)
         if cls != int(cls) or not 0 <= cls < schema.num_classes:
             raise DataFormatError(
                 f"{at}: class {values[0]:g} is not an index 0..{schema.num_classes - 1} of 'names'"
@@ -268,7 +289,7 @@ def parse_label_text(
                     f"{at}: a segment line needs a class and at least 3 x y points, got "
                     f"{coords.size} coordinate value(s); remove the line or complete the polygon"
                 )
-        elif len(values) != int(expected or 0):
+        elif coords.size + 1 != int(expected or 0):
             what = f" (kpt_shape [{k}, {dims}])" if task == "pose" else ""
             raise DataFormatError(
                 f"{at}: expected {expected} values for task {task!r}{what}, got {len(values)}"
@@ -331,6 +352,28 @@ def parse_label_text(
         xy = np.where(vis8[..., None] > 0, arr[..., :2], 0).astype(np.float32)
         return Targets(boxes=box, labels=lab, keypoints=xy, keypoint_vis=vis8)
     return Targets(boxes=box, labels=lab)
+
+
+def _box_of_other_task(
+    values: list[float],
+    coords: np.ndarray,
+    pose_values: int | None,
+    at: str,
+    report: LoadReport | None,
+) -> np.ndarray:
+    """A detect line's ``cx cy w h`` from a pose or segment line; other lengths unchanged (the
+    caller refuses them)."""
+    if pose_values is not None and len(values) == pose_values:
+        if report is not None:
+            report.skip("pose line read as its box, keypoints dropped (task detect)", at)
+        return coords[:4]
+    if len(values) >= 7 and coords.size % 2 == 0:
+        pts = coords.reshape(-1, 2)
+        low, high = pts.min(0), pts.max(0)
+        if report is not None:
+            report.skip("segment polygon read as its enclosing box (task detect)", at)
+        return np.concatenate([(low + high) / 2, high - low])
+    return coords
 
 
 def format_label_text(targets: Targets, task: Task, width: int, height: int) -> tuple[str, int]:
