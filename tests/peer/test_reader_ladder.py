@@ -1,8 +1,9 @@
 """Rung h of the ladder, reading: a COCO segment file as the authors' converter writes it
 (assumptions D4, D22), the same file through our reader and through Ultralytics' own
 `convert_coco`, whose YOLO labels are what their trainer reads (objects of several polygon
-rings and run-length masks, a category that no annotation uses, one without an outline); and
-YOLO label values past [0, 1] where their loader reads them."""
+rings and run-length masks, a category that no annotation uses, one without an outline); YOLO
+label values past [0, 1] where their loader reads them; and a segment or pose set read for
+boxes, as their loader reads it for a box task."""
 
 from __future__ import annotations
 
@@ -131,3 +132,37 @@ def test_yolo_values_past_the_unit_range_are_read_where_the_authors_loader_reads
         else:
             with pytest.raises(DataFormatError, match=r"by more than 0\.01"):
                 read_yolo(root / "data.yaml", "train", task="detect")
+
+
+@pytest.mark.parametrize(
+    ("kind", "lines", "nkpt"),
+    [
+        ("segment", ["0 0.1 0.2 0.3 0.2 0.3 0.6", "1 0.5 0.1 0.9 0.3 0.7 0.8 0.55 0.6"], 0),
+        ("pose", ["1 0.5 0.5 0.2 0.4 0.5 0.4 2 0.9 0.9 0", "0 0.3 0.6 0.1 0.2 0 0 0 0.3 0.6 1"], 2),
+    ],
+)
+def test_a_detect_read_of_a_segment_or_pose_set_keeps_the_authors_boxes(
+    tmp_path: Path, kind: str, lines: list[str], nkpt: int
+) -> None:
+    """Their `verify_image_label` for a box task (`keypoint=False`): a polygon line becomes its
+    enclosing box, a pose line its first five values; ours through `read_yolo(task="detect")`."""
+    from ultralytics.data.utils import verify_image_label
+
+    (tmp_path / "images" / "train").mkdir(parents=True)
+    (tmp_path / "labels" / "train").mkdir(parents=True)
+    image = tmp_path / "images" / "train" / "a.png"
+    Image.new("RGB", (W, H), (90, 90, 90)).save(image)
+    label = tmp_path / "labels" / "train" / "a.txt"
+    label.write_text("\n".join(lines) + "\n")
+    extra = f"kpt_shape: [{nkpt}, 3]\n" if nkpt else ""
+    (tmp_path / "data.yaml").write_text(f"path: .\ntrain: images/train\nnames: [a, b]\n{extra}")
+    theirs = verify_image_label((str(image), str(label), "", False, 2, nkpt, 3, False))
+    assert theirs[-1] == "", theirs[-1]  # their loader kept the file
+    lb = np.asarray(theirs[1], np.float64)  # (N, 5): class, normalised cx cy w h
+    t = read_yolo(tmp_path / "data.yaml", "train", task="detect").records[0].targets
+    ours_xywh = np.concatenate(
+        [(t.boxes[:, :2] + t.boxes[:, 2:]) / 2, t.boxes[:, 2:] - t.boxes[:, :2]], 1
+    ) / np.array([W, H, W, H])
+    order = np.lexsort(lb.T[::-1])  # theirs come back sorted by their duplicate check
+    ours = np.concatenate([t.labels[:, None], ours_xywh], 1)
+    np.testing.assert_allclose(ours[np.lexsort(ours.T[::-1])], lb[order], atol=1e-6)
