@@ -88,7 +88,8 @@ class DatasetSchema:
 
 @dataclass
 class LoadReport:
-    """Counts of what loading skipped, by reason, with the first few places for each reason."""
+    """Counts of what loading skipped or adjusted (a value clipped, a row read as a box), by
+    reason, with the first few places for each reason."""
 
     source: str
     counts: dict[str, int] = field(default_factory=dict)
@@ -109,7 +110,7 @@ class LoadReport:
     def summary(self) -> str:
         if not self.counts:
             return f"{self.source}: nothing skipped"
-        lines = [f"{self.source}: skipped {self.total} item(s):"]
+        lines = [f"{self.source}: skipped or adjusted {self.total} item(s):"]
         for reason, count in sorted(self.counts.items()):
             lines.append(f"  {count} x {reason}, e.g. {'; '.join(self.examples[reason])}")
         return "\n".join(lines)
