@@ -5,16 +5,12 @@ kernel is defined); its CUDA twin is `tests/lucid-train/test_assign_overlaps_gpu
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from lucid_testing.interpreted import run_interpreted
 
 pytest.importorskip("triton", reason="the fused kernel is a Triton kernel")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 CHECK = """
 import sys, torch
@@ -32,12 +28,6 @@ for seed, (b, m, a) in enumerate([(2, 5, 300), (1, 3, 257)]):
 
 
 def test_the_fused_pairwise_ciou_keeps_the_elementwise_forms_bits() -> None:
-    packages = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
-    path = os.pathsep.join([*packages, os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    run = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
+    run = run_interpreted(CHECK)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.count(" 0 of ") == 2, run.stdout

@@ -6,16 +6,12 @@ Its CUDA twin is `tests/lucid-kernels/test_batch_norm_act_gpu.py`."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from lucid_testing.interpreted import run_interpreted
 
 pytest.importorskip("triton", reason="the fused pair is a set of Triton kernels")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 CHECK = """
 import torch
@@ -52,12 +48,6 @@ for shape in [(2, 16, 5, 7), (3, 80, 9, 4), (2, 3, 3, 1), (3, 80, 9, 40)]:
 
 
 def test_the_fused_batch_norm_silu_equals_torchs_pair_under_the_interpreter() -> None:
-    packages = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
-    path = os.pathsep.join([*packages, os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
-    run = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=ROOT, env=env, capture_output=True, text=True,
-        timeout=600,
-    )  # fmt: skip
+    run = run_interpreted(CHECK)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.count("agrees") == 4, run.stdout
