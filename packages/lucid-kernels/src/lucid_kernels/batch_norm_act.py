@@ -254,6 +254,15 @@ if HAVE_TRITON:
         tl.store(out_ptr + at, z.to(out_ptr.dtype.element_ty), mask=keep)
 
     @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
+    def _stats(stats_ptr, c, channels, keep_c):  # type: ignore[no-untyped-def]
+        # the forward's (4, C) rows: mean, invstd, scale (weight x invstd), shift
+        mean = tl.load(stats_ptr + c, mask=keep_c, other=0.0)
+        invstd = tl.load(stats_ptr + channels + c, mask=keep_c, other=0.0)
+        scale = tl.load(stats_ptr + 2 * channels + c, mask=keep_c, other=0.0)
+        shift = tl.load(stats_ptr + 3 * channels + c, mask=keep_c, other=0.0)
+        return mean, invstd, scale, shift
+
+    @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
     def _silu_grad(g, v, scale, shift):  # type: ignore[no-untyped-def]
         # d silu(y) / dy = s (1 + y (1 - s)), with y = the BatchNorm's output, recomputed
         y = v * scale[None, :] + shift[None, :]
@@ -268,10 +277,7 @@ if HAVE_TRITON:
         p = tl.program_id(0)
         c = tl.program_id(1) * block_c + tl.arange(0, block_c)
         keep_c = c < channels
-        mean = tl.load(stats_ptr + c, mask=keep_c, other=0.0)
-        invstd = tl.load(stats_ptr + channels + c, mask=keep_c, other=0.0)
-        scale = tl.load(stats_ptr + 2 * channels + c, mask=keep_c, other=0.0)
-        shift = tl.load(stats_ptr + 3 * channels + c, mask=keep_c, other=0.0)
+        mean, invstd, scale, shift = _stats(stats_ptr, c, channels, keep_c)
         total = tl.zeros([block_c], dtype=tl.float32)
         dot = tl.zeros([block_c], dtype=tl.float32)
         start = p.to(tl.int64) * per_program
@@ -322,10 +328,7 @@ if HAVE_TRITON:
         at = r[:, None] * channels + c[None, :]
         v = tl.load(x_ptr + at, mask=keep, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + at, mask=keep, other=0.0).to(tl.float32)
-        mean = tl.load(stats_ptr + c, mask=keep_c, other=0.0)
-        invstd = tl.load(stats_ptr + channels + c, mask=keep_c, other=0.0)
-        scale = tl.load(stats_ptr + 2 * channels + c, mask=keep_c, other=0.0)
-        shift = tl.load(stats_ptr + 3 * channels + c, mask=keep_c, other=0.0)
+        mean, invstd, scale, shift = _stats(stats_ptr, c, channels, keep_c)
         k = tl.load(coeffs_ptr + 2 * channels + c, mask=keep_c, other=0.0)
         mean_dy = tl.load(coeffs_ptr + 3 * channels + c, mask=keep_c, other=0.0)
         mean_dot = tl.load(coeffs_ptr + 4 * channels + c, mask=keep_c, other=0.0)
