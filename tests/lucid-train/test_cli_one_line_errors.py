@@ -210,3 +210,25 @@ def test_an_unknown_model_name_is_refused_in_one_line_with_the_forms(
     line = _one_error_line(capsys.readouterr().err, "fit")
     assert code == 2
     assert "expected e.g. yolo26n, yolo26n-seg" in line and "compute_fn" not in line, line
+
+
+def test_the_authors_flag_names_are_told_lucids_spelling(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--epochs 3``, ``imgsz=64`` (the authors' CLI) and ``--max_epochs`` (a dotless suffix of
+    one flag) get one line naming lucid's flags; a value that looks like ``key=value`` is left
+    alone. Was: jsonargparse's usage text ending in "unrecognized arguments"."""
+    code = cli.main(
+        ["fit", "--data.root", "/nonexistent", "--epochs", "3", "imgsz=64", "--max_epochs", "2",
+         "--lr0", "0.1", "--run.name", "name=x"]
+    )  # fmt: skip
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2
+    hints = [
+        "--epochs (lucid: --trainer.max_epochs)",
+        "imgsz (lucid: --data.img_size)",
+        "--max_epochs (lucid: --trainer.max_epochs)",
+        "--lr0 (lucid: --model.lr0)",
+    ]
+    assert all(hint in line for hint in hints), line
+    assert "name (lucid" not in line, line

@@ -55,6 +55,7 @@ from lucid_train.cli.flags import (
     add_core_arguments,
     add_verb_arguments,
     is_model_name,
+    spelling_hints,
     takes_bool,
     task_of,
 )
@@ -200,6 +201,12 @@ class LucidCLI(LightningCLI):
         verb = argv[verb_at]
         sub = self._subcommand_parsers[verb]
         out, rest = argv[: verb_at + 1], argv[verb_at + 1 :]
+        hints = spelling_hints(sub, rest)
+        if hints:
+            raise LucidError(
+                f"not a flag of lucid {verb}: {', '.join(hints)}; "
+                f"`lucid {verb} --help` lists every flag"
+            )
         i = 0
         while i < len(rest):
             token, value = rest[i], rest[i + 1] if i + 1 < len(rest) else None

@@ -31,6 +31,7 @@ __all__ = [
     "add_core_arguments",
     "add_verb_arguments",
     "is_model_name",
+    "spelling_hints",
     "takes_bool",
     "task_of",
 ]
@@ -196,3 +197,46 @@ def takes_bool(parser: LightningArgumentParser, option: str) -> bool:
     action = parser._option_string_actions.get(option)
     hint = getattr(action, "_typehint", None)
     return hint is bool or bool in typing.get_args(hint)
+
+
+# The authors' training arguments (``yolo train epochs=3 imgsz=640``) whose lucid flag is not
+# ``--<group>.<the same name>``; the others are found by that suffix (``lr0`` -> --model.lr0).
+AUTHORS_NAMES: dict[str, str] = {
+    "epochs": "trainer.max_epochs",
+    "batch": "data.batch_size",
+    "imgsz": "data.img_size",
+    "device": "trainer.devices",
+    "workers": "data.num_workers",
+    "seed": "seed_everything",
+    "name": "run.name",
+    "project": "run.root",
+    "resume": "ckpt_path",
+    "amp": "trainer.precision",
+    "time": "trainer.max_time",
+    "pretrained": "model.weights",
+}
+
+
+def spelling_hints(parser: LightningArgumentParser, tokens: list[str]) -> list[str]:
+    """``--epochs (lucid: --trainer.max_epochs)`` for each token of ``tokens`` that is not a flag
+    of ``parser`` but names one the authors' way: ``--epochs``, ``epochs=3``, or a dotless flag
+    that is the last part of exactly one of ours (``--max_epochs``). Tokens it cannot place are
+    left to the parser's own error."""
+    known = parser._option_string_actions
+    hints = []
+    for before, token in zip(["", *tokens], tokens, strict=False):
+        if token.startswith("--"):
+            name = token[2:].partition("=")[0]
+        elif "=" in token and not token.startswith("-") and not before.startswith("-"):
+            name = token.partition("=")[0]  # the authors' CLI: key=value (not a flag's value)
+        else:
+            continue
+        if not name or "." in name or f"--{name}" in known:
+            continue
+        target = AUTHORS_NAMES.get(name)
+        if target is None:
+            ends = [o[2:] for o in known if o.startswith("--") and o.endswith(f".{name}")]
+            target = ends[0] if len(ends) == 1 else None
+        if target is not None and f"--{target}" in known:
+            hints.append(f"{token.partition('=')[0]} (lucid: --{target})")
+    return hints
