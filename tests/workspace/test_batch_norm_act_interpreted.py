@@ -1,7 +1,8 @@
 """`lucid_kernels.batch_norm_silu` on the CPU, under Triton's interpreter (in a process of its
 own: the interpreter is chosen when the kernels are defined): outputs, running statistics and
 gradients equal torch's BatchNorm and SiLU to float32 rounding, for channel counts under, at and
-over a block, a partial last block of rows, and programs that combine many tiles and partials.
+over a block, a partial last block of rows, and programs that combine many tiles, and finishing
+passes that combine their partials in several steps.
 Its CUDA twin is `tests/lucid-kernels/test_batch_norm_act_gpu.py`."""
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from lucid_kernels import batch_norm_act
 from lucid_kernels.batch_norm_act import batch_norm_silu
 torch.manual_seed(0)
 for shape in [(2, 16, 5, 7), (3, 80, 9, 4), (2, 3, 3, 1), (3, 80, 9, 40)]:
-    if shape[-1] == 40:  # few programs: each combines many tiles, the last pass few partials
-        batch_norm_act.PROGRAMS = batch_norm_act.MAX_PARTIALS = 4
+    if shape[-1] == 40:  # few programs of many tiles; the finishing passes take two steps
+        batch_norm_act.PROGRAMS, batch_norm_act.FINISH_PARTIALS = 8, 2
+        batch_norm_act.PARTIAL_TILE = 2048  # the shape below whatever the tuned default
         batch_norm_act._layout.cache_clear()
-        assert batch_norm_act._layout(3 * 9 * 40, 80)[2:4] == (576, 2)
+        t = batch_norm_act._layout(3 * 9 * 40, 80)
+        assert (t.part_m, t.per_program, t.programs, t.block_p) == (32, 288, 4, 2), t
     c = shape[1]
     x = (torch.randn(shape) * 3 + 5).contiguous(memory_format=torch.channels_last)
     w, b = torch.rand(c) + 0.5, torch.randn(c)

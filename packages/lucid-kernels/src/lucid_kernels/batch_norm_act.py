@@ -27,7 +27,7 @@ Contract:
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -42,10 +42,17 @@ except ImportError:  # a CPU-only install: the two torch operations serve
 
 __all__ = ["batch_norm_silu", "batch_norm_silu_applies"]
 
-PROGRAMS = 512  # partial-statistics programs a tensor (about 4 an SM of an H100)
-MAX_PARTIALS = 256  # rows of partials the finishing pass reduces in one tile
+PROGRAMS = 512  # partial programs a tensor, at most (about 4 an SM of an H100)
+MIN_TILES = 4  # tiles a partial program reduces, at least: small tensors take fewer programs
+FINISH_PARTIALS = 256  # rows of partials a finishing program combines a step
 FINISH_CHANNELS = 16  # channels a finishing program
-TILE = 4096  # elements a (rows, channels) tile
+TILE = 4096  # elements a (rows, channels) tile of the elementwise passes
+APPLY_WARPS = 4
+# The partial passes keep one running sum per element of their tile and reduce across rows once,
+# at the end: a reduction across a tile's rows every step held them to half the elementwise
+# passes' bandwidth. Their tile is smaller so that its sums stay in registers.
+PARTIAL_TILE = 4096
+PARTIAL_WARPS = 4
 
 
 def batch_norm_silu_applies(x: Tensor, *params: Tensor | None) -> bool:
@@ -87,17 +94,29 @@ def batch_norm_silu(
     return out
 
 
+class _Layout(NamedTuple):
+    """How the kernels tile the ``(rows, C)`` matrix a channels-last tensor is in memory."""
+
+    block_m: int  # rows of an elementwise tile
+    block_c: int  # channels of every tile
+    blocks_c: int  # channel blocks
+    part_m: int  # rows of a partial pass's tile
+    per_program: int  # rows a partial program reduces (a multiple of part_m)
+    programs: int  # partial programs a channel block (rows of partials)
+    block_p: int  # rows of partials a finishing step combines (a power of two)
+
+
 @functools.lru_cache(maxsize=1024)
-def _layout(rows: int, channels: int) -> tuple[int, int, int, int, int, int]:
-    """``(block_rows, block_channels, rows_a_program, programs, channel_blocks, block_partials)``
-    for the ``(rows, C)`` matrix a channels-last tensor is in memory."""
+def _layout(rows: int, channels: int) -> _Layout:
     block_c = min(64, triton.next_power_of_2(channels))
-    block_m = TILE // block_c
     blocks_c = triton.cdiv(channels, block_c)
-    programs = min(MAX_PARTIALS, triton.cdiv(PROGRAMS, blocks_c), triton.cdiv(rows, block_m))
-    per_program = triton.cdiv(triton.cdiv(rows, programs), block_m) * block_m
+    part_m = max(1, PARTIAL_TILE // block_c)
+    tiles = triton.cdiv(rows, part_m)
+    programs = max(1, min(triton.cdiv(PROGRAMS, blocks_c), triton.cdiv(tiles, MIN_TILES)))
+    per_program = triton.cdiv(tiles, programs) * part_m
     programs = triton.cdiv(rows, per_program)
-    return block_m, block_c, per_program, programs, blocks_c, triton.next_power_of_2(programs)
+    block_p = min(FINISH_PARTIALS, triton.next_power_of_2(programs))
+    return _Layout(TILE // block_c, block_c, blocks_c, part_m, per_program, programs, block_p)
 
 
 # The host's side is a few calls a unit (an eager step runs it ~100 times each way): the kernels
@@ -116,19 +135,20 @@ class _BatchNormSiLU(torch.autograd.Function):
     ) -> Tensor:
         c = x.shape[1]
         m = x.numel() // c
-        block_m, block_c, per_program, programs, blocks_c, block_p = _layout(m, c)
-        part = torch.empty(3 * programs * c, device=x.device, dtype=torch.float32)
+        t = _layout(m, c)
+        part = torch.empty(3 * t.programs * c, device=x.device, dtype=torch.float32)
         stats = torch.empty(4 * c, device=x.device, dtype=torch.float32)  # mean invstd scale shift
         out = torch.empty_like(x)  # channels-last, as x
-        _stat_partials[(programs, blocks_c)](
-            x, part, m, c, per_program, programs, block_m=block_m, block_c=block_c
-        )
-        _stat_finish[(triton.cdiv(c, FINISH_CHANNELS),)](
-            part, programs, c, weight, bias, running_mean, running_var, stats, momentum, eps,
-            block_p=block_p, block_c=FINISH_CHANNELS,
+        _stat_partials[(t.programs, t.blocks_c)](
+            x, part, m, c, t.per_program, t.programs,
+            block_m=t.part_m, block_c=t.block_c, num_warps=PARTIAL_WARPS,
         )  # fmt: skip
-        _apply_silu[(triton.cdiv(m, block_m), blocks_c)](
-            x, out, stats, m, c, block_m=block_m, block_c=block_c
+        _stat_finish[(triton.cdiv(c, FINISH_CHANNELS),)](
+            part, t.programs, c, weight, bias, running_mean, running_var, stats, momentum, eps,
+            block_p=t.block_p, block_c=FINISH_CHANNELS,
+        )  # fmt: skip
+        _apply_silu[(triton.cdiv(m, t.block_m), t.blocks_c)](
+            x, out, stats, m, c, block_m=t.block_m, block_c=t.block_c, num_warps=APPLY_WARPS
         )
         ctx.save_for_backward(x, weight, stats)
         return out
@@ -140,20 +160,22 @@ class _BatchNormSiLU(torch.autograd.Function):
             grad_out = grad_out.contiguous(memory_format=torch.channels_last)
         c = x.shape[1]
         m = x.numel() // c
-        block_m, block_c, per_program, programs, blocks_c, block_p = _layout(m, c)
-        part = torch.empty(2 * programs * c, device=x.device, dtype=torch.float32)
+        t = _layout(m, c)
+        part = torch.empty(2 * t.programs * c, device=x.device, dtype=torch.float32)
         coeffs = torch.empty(5, c, device=x.device, dtype=torch.float32)  # dw db k E[dy] E[dy x^]
         grad_x = torch.empty_like(x)
-        _grad_partials[(programs, blocks_c)](
-            x, grad_out, stats, part, m, c, per_program, programs,
-            block_m=block_m, block_c=block_c,
+        _grad_partials[(t.programs, t.blocks_c)](
+            x, grad_out, stats, part, m, c, t.per_program, t.programs,
+            block_m=t.part_m, block_c=t.block_c, num_warps=PARTIAL_WARPS,
         )  # fmt: skip
         _grad_finish[(triton.cdiv(c, FINISH_CHANNELS),)](
-            part, programs, c, m, weight, stats, coeffs, block_p=block_p, block_c=FINISH_CHANNELS
-        )
-        _grad_apply[(triton.cdiv(m, block_m), blocks_c)](
-            x, grad_out, grad_x, stats, coeffs, m, c, block_m=block_m, block_c=block_c
-        )
+            part, t.programs, c, m, weight, stats, coeffs,
+            block_p=t.block_p, block_c=FINISH_CHANNELS,
+        )  # fmt: skip
+        _grad_apply[(triton.cdiv(m, t.block_m), t.blocks_c)](
+            x, grad_out, grad_x, stats, coeffs, m, c,
+            block_m=t.block_m, block_c=t.block_c, num_warps=APPLY_WARPS,
+        )  # fmt: skip
         grad_w = coeffs[0] if ctx.needs_input_grad[1] else None
         grad_b = coeffs[1] if ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b, None, None, None, None
@@ -177,9 +199,10 @@ if HAVE_TRITON:
         p = tl.program_id(0)
         c = tl.program_id(1) * block_c + tl.arange(0, block_c)
         keep_c = c < channels
-        mean = tl.zeros([block_c], dtype=tl.float32)
-        m2 = tl.zeros([block_c], dtype=tl.float32)
-        n = tl.zeros([block_c], dtype=tl.float32)
+        # Welford's update per element of the tile; the tile's rows are combined once, at the end
+        mean = tl.zeros([block_m, block_c], dtype=tl.float32)
+        m2 = tl.zeros([block_m, block_c], dtype=tl.float32)
+        n = tl.zeros([block_m], dtype=tl.float32)
         start = p.to(tl.int64) * per_program
         offset = 0
         while offset < per_program:  # a while loop: Triton's interpreter cannot range over it
@@ -189,15 +212,16 @@ if HAVE_TRITON:
             keep = keep_r[:, None] & keep_c[None, :]
             v = tl.load(x_ptr + r[:, None] * channels + c[None, :], mask=keep, other=0.0)
             v = v.to(tl.float32)
-            count = tl.sum(keep_r.to(tl.float32), axis=0)
-            tile_mean = tl.sum(v, axis=0) / tl.maximum(count, 1.0)
-            d = tl.where(keep, v - tile_mean[None, :], 0.0)
-            tile_m2 = tl.sum(d * d, axis=0)
-            mean, m2, n = _chan(mean, m2, n, tile_mean, tile_m2, count + 0.0 * n)
+            n += keep_r.to(tl.float32)
+            delta = tl.where(keep_r[:, None], v - mean, 0.0)
+            mean += delta * (1.0 / tl.maximum(n, 1.0))[:, None]
+            m2 += delta * tl.where(keep_r[:, None], v - mean, 0.0)
+        counts = tl.broadcast_to(n[:, None], [block_m, block_c])
+        mean, m2, n_c = tl.reduce((mean, m2, counts), 0, _chan)
         out = part_ptr + p * channels + c  # (3, programs, C): mean, M2, count
         tl.store(out, mean, mask=keep_c)
         tl.store(out + programs * channels, m2, mask=keep_c)
-        tl.store(out + 2 * programs * channels, n, mask=keep_c)
+        tl.store(out + 2 * programs * channels, n_c, mask=keep_c)
 
     @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
     def _stat_finish(  # type: ignore[no-untyped-def]
@@ -206,19 +230,26 @@ if HAVE_TRITON:
     ):  # fmt: skip
         c = tl.program_id(0) * block_c + tl.arange(0, block_c)
         keep_c = c < channels
-        p = tl.arange(0, block_p)
-        keep = (p < programs)[:, None] & keep_c[None, :]
-        at = part_ptr + p[:, None] * channels + c[None, :]
         plane = programs * channels
-        mean, m2, n = tl.reduce(
-            (
-                tl.load(at, mask=keep, other=0.0),
-                tl.load(at + plane, mask=keep, other=0.0),
-                tl.load(at + 2 * plane, mask=keep, other=0.0),
-            ),
-            0,
-            _chan,
-        )
+        mean = tl.zeros([block_c], dtype=tl.float32)
+        m2 = tl.zeros([block_c], dtype=tl.float32)
+        n = tl.zeros([block_c], dtype=tl.float32)
+        start = 0
+        while start < programs:  # block_p partials a step, combined in a fixed order
+            p = start + tl.arange(0, block_p)
+            start += block_p
+            keep = (p < programs)[:, None] & keep_c[None, :]
+            at = part_ptr + p[:, None] * channels + c[None, :]
+            step_mean, step_m2, step_n = tl.reduce(
+                (
+                    tl.load(at, mask=keep, other=0.0),
+                    tl.load(at + plane, mask=keep, other=0.0),
+                    tl.load(at + 2 * plane, mask=keep, other=0.0),
+                ),
+                0,
+                _chan,
+            )
+            mean, m2, n = _chan(mean, m2, n, step_mean, step_m2, step_n)
         var = m2 / tl.maximum(n, 1.0)  # masked channels hold no rows
         invstd = 1.0 / tl.sqrt(var + eps)
         rm = tl.load(rm_ptr + c, mask=keep_c, other=0.0)
@@ -278,8 +309,8 @@ if HAVE_TRITON:
         c = tl.program_id(1) * block_c + tl.arange(0, block_c)
         keep_c = c < channels
         mean, invstd, scale, shift = _stats(stats_ptr, c, channels, keep_c)
-        total = tl.zeros([block_c], dtype=tl.float32)
-        dot = tl.zeros([block_c], dtype=tl.float32)
+        total = tl.zeros([block_m, block_c], dtype=tl.float32)  # per element; rows summed last
+        dot = tl.zeros([block_m, block_c], dtype=tl.float32)
         start = p.to(tl.int64) * per_program
         offset = 0
         while offset < per_program:  # a while loop: Triton's interpreter cannot range over it
@@ -289,12 +320,12 @@ if HAVE_TRITON:
             at = r[:, None] * channels + c[None, :]
             v = tl.load(x_ptr + at, mask=keep, other=0.0).to(tl.float32)
             g = tl.load(g_ptr + at, mask=keep, other=0.0).to(tl.float32)
-            dy = _silu_grad(g, v, scale, shift)
-            total += tl.sum(dy, axis=0)
-            dot += tl.sum(dy * ((v - mean[None, :]) * invstd[None, :]), axis=0)
+            dy = _silu_grad(g, v, scale, shift)  # 0 where masked: g is
+            total += dy
+            dot += dy * ((v - mean[None, :]) * invstd[None, :])
         out = part_ptr + p * channels + c  # (2, programs, C): sum of dy, of dy x_hat
-        tl.store(out, total, mask=keep_c)
-        tl.store(out + programs * channels, dot, mask=keep_c)
+        tl.store(out, tl.sum(total, axis=0), mask=keep_c)
+        tl.store(out + programs * channels, tl.sum(dot, axis=0), mask=keep_c)
 
     @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
     def _grad_finish(  # type: ignore[no-untyped-def]
@@ -303,11 +334,16 @@ if HAVE_TRITON:
     ):  # fmt: skip
         c = tl.program_id(0) * block_c + tl.arange(0, block_c)
         keep_c = c < channels
-        p = tl.arange(0, block_p)
-        keep = (p < programs)[:, None] & keep_c[None, :]
-        at = part_ptr + p[:, None] * channels + c[None, :]
-        total = tl.sum(tl.load(at, mask=keep, other=0.0), axis=0)
-        dot = tl.sum(tl.load(at + programs * channels, mask=keep, other=0.0), axis=0)
+        total = tl.zeros([block_c], dtype=tl.float32)
+        dot = tl.zeros([block_c], dtype=tl.float32)
+        start = 0
+        while start < programs:  # block_p partials a step, summed in a fixed order
+            p = start + tl.arange(0, block_p)
+            start += block_p
+            keep = (p < programs)[:, None] & keep_c[None, :]
+            at = part_ptr + p[:, None] * channels + c[None, :]
+            total += tl.sum(tl.load(at, mask=keep, other=0.0), axis=0)
+            dot += tl.sum(tl.load(at + programs * channels, mask=keep, other=0.0), axis=0)
         invstd = tl.load(stats_ptr + channels + c, mask=keep_c, other=0.0)
         k = tl.load(w_ptr + c, mask=keep_c, other=0.0) * invstd
         tl.store(coeffs_ptr + c, dot, mask=keep_c)  # (5, C): dw, db, k, E[dy], E[dy x_hat]
