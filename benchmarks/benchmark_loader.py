@@ -6,7 +6,8 @@ plus shapes, about COCO's size and entropy) in a temporary folder, then measures
 * ``per_worker``: one process rendering samples through `TrainDataset` + `collate` (decode,
   mosaic + fused affine, mixup, copy-paste, HSV, flip, packing), i.e. images/s of one worker;
 * ``loader``: the real `LucidDataModule` train DataLoader with ``--workers`` processes, batch
-  ``--batch``, pinned memory when CUDA is present, after warm-up batches.
+  ``--batch``, pinned memory when CUDA is present, after warm-up batches; with ``--epochs N``,
+  whole epochs 1 .. N-1 after a first, the window `peer_speed.py` times a fit over.
 
 With ``--render device`` a worker only plans and packs (decode with ``--decode cpu``, label
 work, masks), and ``loader`` includes painting each batch on the GPU (and nvJPEG decode with
@@ -102,28 +103,56 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     cache = {"hits": ds.cache.hits, "misses": ds.cache.misses}
 
     loader = dm.train_dataloader()
-    it = iter(loader)
-    for _ in range(args.warmup):
-        next(it)
-    t0, seen = time.perf_counter(), 0
-    for _ in range(args.batches):
-        try:
-            batch = next(it)
-        except StopIteration:
-            it = iter(loader)
-            batch = next(it)
-        if torch.cuda.is_available():
-            batch = batch.to("cuda")
-        batch = dm.on_after_batch_transfer(batch, 0)  # device rendering paints here
-        seen += len(batch)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    loader_rate = seen / (time.perf_counter() - t0)
+    if args.epochs:
+        loader_rate = _epochs_rate(dm, loader, args.epochs)
+    else:
+        loader_rate = _batches_rate(dm, loader, args.warmup, args.batches)
     return {
         "per_worker_img_s": round(per_worker, 1),
         "loader_img_s": round(loader_rate, 1),
         "decode_cache": cache,
     }
+
+
+def _take(dm: LucidDataModule, batch: Any) -> int:
+    """One batch as a training step receives it: on the GPU, painted there when rendering is."""
+    if torch.cuda.is_available():
+        batch = batch.to("cuda")
+    batch = dm.on_after_batch_transfer(batch, 0)  # device rendering paints here
+    return len(batch)
+
+
+def _batches_rate(dm: LucidDataModule, loader: Any, warmup: int, batches: int) -> float:
+    """Images/s over ``batches`` after ``warmup``, restarting the loader at an epoch's end."""
+    it = iter(loader)
+    for _ in range(warmup):
+        next(it)
+    t0, seen = time.perf_counter(), 0
+    for _ in range(batches):
+        try:
+            batch = next(it)
+        except StopIteration:
+            it = iter(loader)
+            batch = next(it)
+        seen += _take(dm, batch)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return seen / (time.perf_counter() - t0)
+
+
+def _epochs_rate(dm: LucidDataModule, loader: Any, epochs: int) -> float:
+    """Images/s over whole epochs 1 .. ``epochs`` - 1, as `peer_speed.py` times a fit: epoch 0
+    starts the workers and the device's kernels, and each later epoch restarts the iterator
+    as Lightning does (the workers persist, so their first batches come back as a fit's do)."""
+    seen, elapsed = 0, 0.0
+    for epoch in range(epochs):
+        t0 = time.perf_counter()
+        n = sum(_take(dm, batch) for batch in loader)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        if epoch:
+            seen, elapsed = seen + n, elapsed + time.perf_counter() - t0
+    return seen / elapsed
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,6 +168,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-worker-images", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--batches", type=int, default=16)
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=0,
+        help="time whole epochs 1 .. N-1 as a fit's speed is timed (N >= 2; default 0: "
+        "--warmup then --batches batches)",
+    )
     parser.add_argument("--mixup", type=float, default=AugmentConfig().mixup)
     parser.add_argument("--copy-paste", type=float, default=AugmentConfig().copy_paste)
     where = "device" if torch.cuda.is_available() else "cpu"
@@ -151,6 +187,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--source", type=Path, default=None, help="an existing COCO-layout set instead"
     )
     args = parser.parse_args(argv)
+    if args.epochs == 1 or args.epochs < 0:
+        parser.error("--epochs: 0, or at least 2 (epoch 0 is not timed)")
     args.render_why = None
     if args.render == "auto":
         card = torch.cuda.get_device_name() if torch.cuda.is_available() else None
@@ -168,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         task=args.task, size=args.size, batch=args.batch, workers=args.workers, cpus=os.cpu_count(),
         mixup=args.mixup, copy_paste=args.copy_paste, render=args.render, decode=args.decode,
         render_why=args.render_why, variant=args.variant,
-        mosaic_pool=args.mosaic_pool,
+        mosaic_pool=args.mosaic_pool, epochs=args.epochs,
         mean_jpeg_kb=mean_kb, torch=torch.__version__,
         python=platform.python_version(), cuda=torch.cuda.is_available(),
     )  # fmt: skip

@@ -275,12 +275,11 @@ def loader_alone(
 ) -> float | None:
     """`benchmark_loader` on the same set with the fit's data defaults: the default
     augmentation, the partner pool and load-time resize, and the renderer ``--data.render
-    auto`` takes for ``scale`` (no model)."""
+    auto`` takes for ``scale`` (no model), timed over the fit's epochs (1 .. N-1). Until
+    2026-12-06 it timed one epoch's batches after two, mostly the workers' first batches."""
     path = out / f"loader-{task}-{scale}-b{batch}.json"
     if path.is_file():
         return float(json.loads(path.read_text())["loader_img_s"])
-    per_epoch = max(data["train_images"] // batch, 1)  # the loader runs one epoch
-    warmup = 2 if per_epoch > 4 else 0
     cmd = [
         sys.executable,
         str(Path(__file__).with_name("benchmark_loader.py")),
@@ -300,10 +299,8 @@ def loader_alone(
         data["coco"],
         "--variant",
         scale,
-        "--warmup",
-        str(warmup),
-        "--batches",
-        str(per_epoch - warmup),
+        "--epochs",  # the fit's window: epochs 1 .. N-1, the workers persisting across them
+        str(max(args.epochs, 2)),
     ]
     log = out / f"loader-{task}-{scale}-b{batch}.log"
     _run_logged(cmd, _child_env(args.device), log, args.side_timeout)

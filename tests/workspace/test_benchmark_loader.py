@@ -25,3 +25,19 @@ def test_the_loader_benchmark_defaults_are_a_fits() -> None:
     assert (args.mixup, args.copy_paste) == (AugmentConfig().mixup, AugmentConfig().copy_paste)
     card = torch.cuda.get_device_name() if torch.cuda.is_available() else None
     assert (args.render, args.render_why) == auto_render("detect", "n", args.workers, card=card)
+
+
+def test_epochs_time_whole_epochs_after_the_first_as_a_fit_is_timed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--epochs 3`` reads epochs 1 and 2 whole (every batch of each), not epoch 0, whose
+    first batches wait for the workers to start."""
+    calls: list[int] = []
+    clock = iter(float(t) for t in range(100))
+    monkeypatch.setattr(benchmark_loader.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(benchmark_loader, "_take", lambda dm, batch: calls.append(batch) or 4)
+    rate = benchmark_loader._epochs_rate(object(), [0, 1, 2], 3)  # type: ignore[arg-type]
+    assert calls == [0, 1, 2] * 3
+    assert rate == (2 * 3 * 4) / 2.0  # 24 images over two epochs of one clock tick each
+    with pytest.raises(SystemExit):
+        benchmark_loader.parse_args(["--out", "unused.json", "--epochs", "1"])
