@@ -1,6 +1,7 @@
 """Rungs d and e of the ladder: the optimizer ``auto`` builds, its groups, lr / momentum / betas /
-weight decay at every batch through warm-up into epoch 3, the accumulation cadence, the ProgLoss
-weight's timing, clipping, the parameters after k steps and the EMA, against the authors' own
+weight decay at every batch of a 20-epoch fit (warm-up, then the decay to the last epoch), the
+accumulation cadence, the ProgLoss weight's timing, clipping, the parameters after k steps and
+the EMA, against the authors' own
 trainer: a tiny real fit of theirs, recorded by a callback, and their `optimizer_step` and
 `ModelEMA` driven on the same weights and gradients as ours."""
 
@@ -31,7 +32,8 @@ from lucid_train.tasks.recipe import (
 from lucid_train.tasks.task_modules import module_class
 from lucid_train.weights.authors_names import authors_key
 
-IMAGES, BATCH, NBS, EPOCHS = 16, 2, 8, 4  # 8 batches an epoch, accumulate 4, warm-up 24 batches
+# 8 batches an epoch, accumulate 4, warm-up 24 batches; 20 epochs, the held-out runs' length
+IMAGES, BATCH, NBS, EPOCHS = 16, 2, 8, 20
 
 
 def _dataset(root: Path) -> Path:
@@ -54,7 +56,7 @@ def _dataset(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def authors_fit(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Their trainer's values at each batch of a 4-epoch fit of 16 images (batch 2, nbs 8)."""
+    """Their trainer's values at each batch of a 20-epoch fit of 16 images (batch 2, nbs 8)."""
     from ultralytics.models.yolo.detect import DetectionTrainer
 
     root = tmp_path_factory.mktemp("peer-fit")
@@ -138,8 +140,8 @@ def test_auto_builds_the_authors_optimizer_and_groups(authors_fit: dict[str, Any
 def test_every_batch_has_the_authors_lr_betas_decay_cadence_and_progloss_weight(
     authors_fit: dict[str, Any],
 ) -> None:
-    """Through the 24 warm-up batches into epoch 3: each group's values, the accumulation in
-    force, which batches step, and the one-to-many weight the loss uses."""
+    """Through the 24 warm-up batches and every later one: each group's values, the accumulation
+    in force, which batches step, and the one-to-many weight the loss uses."""
     _, optimizer, schedule, plan = _lucid_run()
     nb = IMAGES // BATCH
     steps = []
