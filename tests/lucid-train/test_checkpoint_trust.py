@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -239,3 +240,31 @@ def test_an_export_that_fails_midway_leaves_the_previous_onnx(
         export_onnx(build_model("yolo26n", num_classes=2), out, image_size=(64, 64))
     assert out.read_bytes() == b"the previous export"
     _no_temporaries(tmp_path)
+
+
+def test_a_folder_given_as_a_checkpoint_names_the_checkpoints_it_holds(tmp_path: Path) -> None:
+    """A run folder passed to --ckpt (or --model.weights) is told which files to pass, not
+    "no such file"; a folder without any says where a run keeps them."""
+    run = tmp_path / "train"
+    (run / "checkpoints").mkdir(parents=True)
+    last = _lucid_checkpoint(run / "checkpoints" / "last.ckpt", 2)
+    with pytest.raises(
+        CheckpointError, match=re.escape(f"is a folder; pass one of its files: {last}")
+    ):
+        load_checkpoint_file(run)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointError, match=r"no \.ckpt in it"):
+        load_checkpoint_file(empty)
+
+
+def test_a_file_named_as_another_kind_is_not_called_a_damaged_checkpoint(tmp_path: Path) -> None:
+    """``--ckpt data.yaml`` is told it is no checkpoint; a damaged ``.ckpt`` keeps its
+    "truncated or corrupt" with the last good one beside it (above)."""
+    _lucid_checkpoint(tmp_path / "best.ckpt", 1)
+    data = tmp_path / "data.yaml"
+    data.write_text("path: .\ntrain: images/train\n")
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint_file(data)
+    assert "is not a checkpoint (a .yaml file)" in str(err.value)
+    assert "truncated" not in str(err.value) and "last good" not in str(err.value)

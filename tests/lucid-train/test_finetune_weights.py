@@ -191,14 +191,16 @@ def test_first_mismatch_is_named_in_both_spellings(tmp_path: Path) -> None:
 
 
 def test_a_file_that_is_no_weights_is_refused_with_the_weights_fix(tmp_path: Path) -> None:
-    """Bytes that are no pickle: the reader's finding and what to pass instead, not the
-    resume's advice (the last good checkpoint beside it, or to start the run again)."""
+    """A text file: the reader's finding (named by its kind, not called a damaged checkpoint)
+    and what to pass instead, not the resume's advice (the last good checkpoint beside it, or to
+    start the run again)."""
     path = tmp_path / "notes.txt"
     path.write_text("not a checkpoint\n")
     with pytest.raises(WeightsError) as err:
         load_weights(_module("yolo26n"), path)
     text = str(err.value)
-    assert text.startswith(f"weights {path}: neither a lucid checkpoint") and "corrupt" in text
+    assert text.startswith(f"weights {path}: neither a lucid checkpoint")
+    assert "(is not a checkpoint (a .txt file))" in text
     assert text.endswith("pass a last.ckpt/best.ckpt of `lucid fit`, a converted file "
                          "(python -m lucid_train.weights) or a yolo26*.pt")  # fmt: skip
     assert "start the run again" not in text and "checkpoint there is" not in text

@@ -31,6 +31,7 @@ __all__ = [
     "CorruptCheckpointError",
     "NotALucidCheckpointError",
     "load_checkpoint_file",
+    "missing_file",
     "read_checkpoint_info",
 ]
 
@@ -86,6 +87,25 @@ def _last_good_checkpoint(bad: Path) -> str:
     return "no other checkpoint in that folder reads; start the run again"
 
 
+def missing_file(kind: str, path: Path) -> LucidError | FileNotFoundError:
+    """The error for a ``kind`` (``checkpoint``, ``weights``) path that is not a file: a folder
+    names the checkpoints it holds (a run folder's are in ``checkpoints/``)."""
+    if not path.is_dir():
+        return FileNotFoundError(f"{kind} {path}: no such file")
+    held = sorted(path.glob("checkpoints/*.ckpt")) + sorted(path.glob("*.ckpt"))
+    if held:
+        names = ", ".join(str(h) for h in held[:3]) + (" ..." if len(held) > 3 else "")
+        return CheckpointError(f"{kind} {path} is a folder; pass one of its files: {names}")
+    return CheckpointError(
+        f"{kind} {path} is a folder with no .ckpt in it; pass a file (a run's checkpoints are "
+        "in runs/<task>/<name>/checkpoints/)"
+    )
+
+
+# Files whose name says they hold something else: told so, not that they are damaged.
+_OTHER_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".csv", ".md", ".jpg", ".jpeg", ".png")
+
+
 def _torch_load(path: Path, map_location: Any) -> Any:
     return torch.load(path, map_location=map_location, weights_only=True)
 
@@ -96,13 +116,14 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> Any:
 
     Raises:
         FileNotFoundError: no such file.
-        CheckpointError: the file asks for objects beyond tensors and plain values (refused
-            before any is built), or it is truncated or corrupt (with the last good checkpoint
-            beside it, if any).
+        CheckpointError: a folder (its checkpoints named); the file asks for objects beyond
+            tensors and plain values (refused before any is built); it is named as another
+            kind of file (``.yaml`` ...); or it is truncated or corrupt (with the last good
+            checkpoint beside it, if any).
     """
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"checkpoint {p}: no such file")
+        raise missing_file("checkpoint", p)
     try:
         return _torch_load(p, map_location)
     except Exception as err:
@@ -116,6 +137,13 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> Any:
                 f"checkpoint {p}: refused: it asks to build objects{what} beyond tensors and "
                 "plain values, which could run code; lucid checkpoints hold none, so it was "
                 "not written by `lucid fit` (or was altered); nothing from it was run"
+            ) from None
+        if p.suffix.lower() in _OTHER_SUFFIXES:
+            finding = f"is not a checkpoint (a {p.suffix.lower()} file)"
+            raise CorruptCheckpointError(
+                f"checkpoint {p} {finding}; pass the last.ckpt or best.ckpt that `lucid fit` "
+                "wrote (runs/<task>/<name>/checkpoints/)",
+                finding,
             ) from None
         finding = f"is truncated or corrupt ({_first_line(err)})"
         raise CorruptCheckpointError(

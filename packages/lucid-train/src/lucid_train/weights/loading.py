@@ -42,6 +42,7 @@ from lucid_train.weights.checkpoint_file import (
     CheckpointError,
     CorruptCheckpointError,
     load_checkpoint_file,
+    missing_file,
 )
 
 __all__ = [
@@ -203,7 +204,7 @@ def load_weights(module: Any, path: str | Path) -> WeightsReport:
     """
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"weights {p}: no such file")
+        raise missing_file("weights", p)
     target = loadable_keys(module)
     src = _read_source(p, frozenset(target))
     here = model_name(parse_model(module.hparams["model"]).scale, module.task)
