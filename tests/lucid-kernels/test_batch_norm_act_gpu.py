@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lucid_kernels import batch_norm_silu, batch_norm_silu_applies
+from lucid_kernels import batch_norm_act, batch_norm_silu, batch_norm_silu_applies
 from lucid_models import conv
 
 pytestmark = pytest.mark.gpu
@@ -60,6 +60,25 @@ def test_fused_batch_norm_silu_equals_torchs_two_operations(
         tol = ulp if name in ("z", "grad_x") else 2e-5
         err = float((got.float() - ref.float()).abs().max() / scale)
         assert err <= tol, f"{name}: {err:.2e} > {tol:.0e} ({dtype}, {shape})"
+
+
+@pytest.mark.parametrize("shape", [(8, 48, 20, 20), (4, 96, 7, 5), (2, 16, 1, 9)])
+def test_a_channel_slice_gradient_is_read_in_place_with_the_copys_bits(
+    shape: tuple[int, ...],
+) -> None:
+    """The gradient a concatenation hands back is a channel slice of a channels-last tensor:
+    read at its row stride, it gives the bits of the same values copied dense (the one path
+    before); an NCHW gradient still takes the copy."""
+    case = _case(shape, torch.float16, seed=5)
+    n, c, h, w = shape
+    wide = torch.randn(n, c + 40, h, w, device="cuda").half()
+    wide = wide.contiguous(memory_format=torch.channels_last)
+    sliced = wide[:, 24 : 24 + c]
+    assert batch_norm_act._row_stride(sliced) == c + 40
+    assert batch_norm_act._row_stride(sliced.contiguous()) is None or h * w == 1
+    in_place = _run({**case, "dz": sliced}, True)
+    copied = _run({**case, "dz": sliced.contiguous(memory_format=torch.channels_last)}, True)
+    assert all(torch.equal(a, b) for a, b in zip(in_place, copied, strict=True))
 
 
 def test_fused_batch_norm_silu_is_deterministic_and_replays_its_eager_bits() -> None:

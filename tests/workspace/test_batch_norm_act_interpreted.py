@@ -1,8 +1,9 @@
 """`lucid_kernels.batch_norm_silu` on the CPU, under Triton's interpreter (in a process of its
 own: the interpreter is chosen when the kernels are defined): outputs, running statistics and
 gradients equal torch's BatchNorm and SiLU to float32 rounding, for channel counts under, at and
-over a block, a partial last block of rows, and programs that combine many tiles, and finishing
-passes that combine their partials in several steps.
+over a block, a partial last block of rows, programs that combine many tiles, finishing passes
+that combine their partials in several steps, and a gradient that is a channel slice of a
+channels-last tensor (read in place) as well as an NCHW one (copied).
 Its CUDA twin is `tests/lucid-kernels/test_batch_norm_act_gpu.py`."""
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ for shape in [(2, 16, 5, 7), (3, 80, 9, 4), (2, 3, 3, 1), (3, 80, 9, 40)]:
     x = (torch.randn(shape) * 3 + 5).contiguous(memory_format=torch.channels_last)
     w, b = torch.rand(c) + 0.5, torch.randn(c)
     rm, rv = torch.randn(c), torch.rand(c) + 0.5
-    dz = torch.randn(shape)
+    n, _, h, w_ = shape
+    dz = torch.randn(shape)  # NCHW: copied into x's layout first
+    if h * w_ > 20:  # a channel slice of a channels-last tensor, as a concatenation hands back
+        wide = torch.randn(n, c + 24, h, w_, generator=torch.Generator().manual_seed(1))
+        dz = wide.contiguous(memory_format=torch.channels_last)[:, 8 : 8 + c]
+        assert batch_norm_act._row_stride(dz) == c + 24
+    else:
+        assert batch_norm_act._row_stride(dz) is None or c == 1 or h * w_ == 1
     outs = []
     for fused in (True, False):
         xi, wi, bi = (t.clone().requires_grad_() for t in (x, w, b))

@@ -22,6 +22,9 @@ Contract:
       comes back in ``x``'s dtype, the weight's and bias's in theirs.
     * `batch_norm_silu_applies` says when it may stand in: CUDA, Triton installed, a 4-D
       channels-last input of more than one value a channel, float32 parameters and statistics.
+    * The backward reads a gradient that is a channel slice of a channels-last tensor (what a
+      concatenation hands back to each input) in place, at its row stride; any other layout
+      is copied once into ``x``'s.
 """
 
 from __future__ import annotations
@@ -119,6 +122,23 @@ def _layout(rows: int, channels: int) -> _Layout:
     return _Layout(TILE // block_c, block_c, blocks_c, part_m, per_program, programs, block_p)
 
 
+def _row_stride(t: Tensor) -> int | None:
+    """The stride between rows when ``t`` (B, C, H, W) is a ``(B*H*W, C)`` matrix of unit
+    column stride, as a channels-last tensor is and so is a channel slice of one (the gradient
+    a concatenation hands back to each of its inputs); None for any other layout."""
+    n, c, h, w = t.shape
+    sn, sc, sh, sw = t.stride()
+    row = sw if w > 1 else sh if h > 1 else sn if n > 1 else c
+    dense = (
+        (c == 1 or sc == 1)
+        and row >= c
+        and (w == 1 or sw == row)
+        and (h == 1 or sh == w * row)
+        and (n == 1 or sn == h * w * row)
+    )
+    return row if dense else None
+
+
 # The host's side is a few calls a unit (an eager step runs it ~100 times each way): the kernels
 # take whole buffers and find their rows inside, so no view is made here.
 class _BatchNormSiLU(torch.autograd.Function):
@@ -156,8 +176,10 @@ class _BatchNormSiLU(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         x, weight, stats = ctx.saved_tensors
-        if not grad_out.is_contiguous(memory_format=torch.channels_last):
+        g_row = _row_stride(grad_out)
+        if g_row is None:  # not rows of channels: copied once into x's layout
             grad_out = grad_out.contiguous(memory_format=torch.channels_last)
+            g_row = grad_out.shape[1]
         c = x.shape[1]
         m = x.numel() // c
         t = _layout(m, c)
@@ -165,7 +187,7 @@ class _BatchNormSiLU(torch.autograd.Function):
         coeffs = torch.empty(5, c, device=x.device, dtype=torch.float32)  # dw db k E[dy] E[dy x^]
         grad_x = torch.empty_like(x)
         _grad_partials[(t.programs, t.blocks_c)](
-            x, grad_out, stats, part, m, c, t.per_program, t.programs,
+            x, grad_out, g_row, stats, part, m, c, t.per_program, t.programs,
             block_m=t.part_m, block_c=t.block_c, num_warps=PARTIAL_WARPS,
         )  # fmt: skip
         _grad_finish[(triton.cdiv(c, FINISH_CHANNELS),)](
@@ -173,7 +195,7 @@ class _BatchNormSiLU(torch.autograd.Function):
             block_p=t.block_p, block_c=FINISH_CHANNELS,
         )  # fmt: skip
         _grad_apply[(triton.cdiv(m, t.block_m), t.blocks_c)](
-            x, grad_out, grad_x, stats, coeffs, m, c,
+            x, grad_out, g_row, grad_x, stats, coeffs, m, c,
             block_m=t.block_m, block_c=t.block_c, num_warps=APPLY_WARPS,
         )  # fmt: skip
         grad_w = coeffs[0] if ctx.needs_input_grad[1] else None
@@ -302,7 +324,7 @@ if HAVE_TRITON:
 
     @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
     def _grad_partials(  # type: ignore[no-untyped-def]
-        x_ptr, g_ptr, stats_ptr, part_ptr, rows, channels, per_program, programs,
+        x_ptr, g_ptr, g_row, stats_ptr, part_ptr, rows, channels, per_program, programs,
         block_m: tl.constexpr, block_c: tl.constexpr,
     ):  # fmt: skip
         p = tl.program_id(0)
@@ -317,10 +339,10 @@ if HAVE_TRITON:
             r = start + offset + tl.arange(0, block_m)
             offset += block_m
             keep = (r < rows)[:, None] & keep_c[None, :]
-            at = r[:, None] * channels + c[None, :]
-            v = tl.load(x_ptr + at, mask=keep, other=0.0).to(tl.float32)
-            g = tl.load(g_ptr + at, mask=keep, other=0.0).to(tl.float32)
-            dy = _silu_grad(g, v, scale, shift)  # 0 where masked: g is
+            v = tl.load(x_ptr + r[:, None] * channels + c[None, :], mask=keep, other=0.0)
+            v = v.to(tl.float32)
+            g = tl.load(g_ptr + r[:, None] * g_row + c[None, :], mask=keep, other=0.0)
+            dy = _silu_grad(g.to(tl.float32), v, scale, shift)  # 0 where masked: g is
             total += dy
             dot += dy * ((v - mean[None, :]) * invstd[None, :])
         out = part_ptr + p * channels + c  # (2, programs, C): sum of dy, of dy x_hat
@@ -354,7 +376,7 @@ if HAVE_TRITON:
 
     @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
     def _grad_apply(  # type: ignore[no-untyped-def]
-        x_ptr, g_ptr, out_ptr, stats_ptr, coeffs_ptr, rows, channels,
+        x_ptr, g_ptr, g_row, out_ptr, stats_ptr, coeffs_ptr, rows, channels,
         block_m: tl.constexpr, block_c: tl.constexpr,
     ):  # fmt: skip
         r = tl.program_id(0).to(tl.int64) * block_m + tl.arange(0, block_m)
@@ -363,7 +385,8 @@ if HAVE_TRITON:
         keep = (r < rows)[:, None] & keep_c[None, :]
         at = r[:, None] * channels + c[None, :]
         v = tl.load(x_ptr + at, mask=keep, other=0.0).to(tl.float32)
-        g = tl.load(g_ptr + at, mask=keep, other=0.0).to(tl.float32)
+        g = tl.load(g_ptr + r[:, None] * g_row + c[None, :], mask=keep, other=0.0)
+        g = g.to(tl.float32)
         mean, invstd, scale, shift = _stats(stats_ptr, c, channels, keep_c)
         k = tl.load(coeffs_ptr + 2 * channels + c, mask=keep_c, other=0.0)
         mean_dy = tl.load(coeffs_ptr + 3 * channels + c, mask=keep_c, other=0.0)
