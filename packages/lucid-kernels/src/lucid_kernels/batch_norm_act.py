@@ -53,7 +53,8 @@ TILE = 4096  # elements a (rows, channels) tile of the elementwise passes
 APPLY_WARPS = 4
 # The partial passes keep one running sum per element of their tile and reduce across rows once,
 # at the end: a reduction across a tile's rows every step held them to half the elementwise
-# passes' bandwidth. Their tile is smaller so that its sums stay in registers.
+# passes' bandwidth. Their tile and warps are a launch sweep's choice on an H100
+# (benchmarks/batch_norm_act.py --variants; docs/benchmarks/batch-norm-act/*-s-sweep-1402.json).
 PARTIAL_TILE = 4096
 PARTIAL_WARPS = 4
 
