@@ -232,3 +232,15 @@ def test_the_authors_flag_names_are_told_lucids_spelling(
     ]
     assert all(hint in line for hint in hints), line
     assert "name (lucid" not in line, line
+
+
+def test_fit_help_ends_with_the_flags_most_runs_set(capsys: pytest.CaptureFixture[str]) -> None:
+    """After the full list (every Trainer argument), the few a run usually sets, with the
+    authors' names beside lucid's."""
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    tail = capsys.readouterr().out.rsplit("most used:", 1)[1]
+    flat = " ".join(tail.split())
+    for flag in ("--model yolo26s-seg", "--data.root PATH", "--trainer.max_epochs N [epochs]",
+                 "--data.img_size N [imgsz]", "--ckpt_path last.ckpt"):  # fmt: skip
+        assert flag in flat, flat

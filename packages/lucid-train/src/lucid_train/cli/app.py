@@ -50,6 +50,7 @@ from lucid_train.cli.export import export_checkpoint
 from lucid_train.cli.fit_outcome import done_line
 from lucid_train.cli.flags import (
     DEFAULT_IMG_SIZE,
+    EPILOGS,
     TRAINER_VERBS,
     VERBS,
     add_core_arguments,
@@ -155,7 +156,9 @@ class LucidCLI(LightningCLI):
         verbs = parser.add_subcommands()
         for verb, skip in self.subcommands().items():
             self._verb = verb
-            sub = self.init_parser(**{"description": VERBS[verb], **kwargs.get(verb, {})})
+            sub = self.init_parser(
+                **{"description": VERBS[verb], "epilog": EPILOGS.get(verb), **kwargs.get(verb, {})}
+            )
             self.add_default_arguments_to_parser(sub)
             self.add_core_arguments_to_parser(sub)
             self.add_arguments_to_parser(sub)

@@ -25,6 +25,7 @@ __all__ = [
     "BATCH_LIMITS",
     "DEFAULT_EPOCHS",
     "DEFAULT_IMG_SIZE",
+    "EPILOGS",
     "TRAINER_DEFAULTS",
     "TRAINER_VERBS",
     "VERBS",
@@ -44,6 +45,16 @@ VERBS: dict[str, str] = {
     "export": "Write the ONNX of a checkpoint's deploy view (end-to-end top-k).",
 }
 TRAINER_VERBS = ("fit", "validate", "test")
+# The flags most runs set, after the full list (the authors' names in brackets).
+EPILOGS: dict[str, str] = {
+    "fit": (
+        "most used: --model yolo26s-seg (scale and task) | --data.root PATH (a COCO, YOLO or "
+        "DOTA set; none: the built-in one) | --trainer.max_epochs N [epochs] | "
+        "--data.batch_size N [batch] | --data.img_size N [imgsz] | --data.num_workers N "
+        "[workers] | --trainer.devices N [device] | --model.weights FILE (fine-tune) | "
+        "--ckpt_path last.ckpt (resume) [resume] | --print_config (the whole config as YAML)"
+    ),
+}
 Precision = Literal["auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
 # The main job's defaults (assumptions.md T61): small canvas and a short run sized for a 2-core CPU.
 DEFAULT_IMG_SIZE = 320
