@@ -78,6 +78,21 @@ def test_a_label_file_without_an_image_is_counted(
     assert index.report.examples["label file without an image (ignored)"][0].endswith("orphan.txt")
 
 
+def test_an_unreadable_image_is_counted_once_not_again_as_its_labels_orphan(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """A truncated image is skipped and counted; its label file belongs to it, so it is not
+    also reported as a label file without an image (was: two items for one image)."""
+    _yolo(tmp_path, "path: .\ntrain: images/train\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
+    write_image(tmp_path / "images" / "train" / "b.png", 32, 24)
+    (tmp_path / "labels" / "train" / "b.txt").write_text("0 .5 .5 .2 .2\n")
+    b = tmp_path / "images" / "train" / "b.png"
+    b.write_bytes(b.read_bytes()[:40])
+    index = read_split(tmp_path, "train", task="detect", verify="full")
+    assert index.report.counts == {"corrupt or truncated image": 1}, index.report.counts
+    assert len(index.records) == 1
+
+
 def _coco(root: Path, anns: list[dict[str, object]], write_image: Callable[..., Path]) -> Path:
     for split in ("train", "val"):
         write_image(root / "images" / split / "a.png", 32, 24)

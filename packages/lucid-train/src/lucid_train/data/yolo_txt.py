@@ -187,7 +187,9 @@ def read_yolo(
     )
     report = LoadReport(f"{data_yaml} [{split}]")
     records: list[ImageRecord] = []
+    listed: set[Path] = set()  # label paths of every image listed, read or skipped
     for image in _split_images(root, cfg.get(split), data_yaml, split):
+        listed.add(label_path(image))
         size = check_image(image, "header" if verify == "none" else verify)
         if isinstance(size, str):
             report.skip(size, str(image))
@@ -216,16 +218,14 @@ def read_yolo(
             text, schema, dims, width, height, str(lbl), report, pose_values=pose_values
         )
         records.append(ImageRecord(len(records), image, height, width, targets))
-    _count_orphan_labels(cfg.get(split), root, records, report)
+    _count_orphan_labels(cfg.get(split), root, listed, report)
     report.log()
     return DatasetIndex(schema, records, report)
 
 
-def _count_orphan_labels(
-    entry: Any, root: Path, records: list[ImageRecord], report: LoadReport
-) -> None:
-    """Count the label files of the split's image folders that belong to no image read."""
-    used = {label_path(r.path) for r in records}
+def _count_orphan_labels(entry: Any, root: Path, listed: set[Path], report: LoadReport) -> None:
+    """Count the label files of the split's image folders that belong to no image listed (an
+    image skipped as unreadable is counted once, as itself, not again through its label)."""
     for e in entry if isinstance(entry, list) else [entry]:
         folder = Path(e) if Path(e).is_absolute() else root / e
         if not folder.is_dir() or "images" not in folder.parts:
@@ -233,7 +233,7 @@ def _count_orphan_labels(
         labels = label_path(folder / "x").parent
         if labels.is_dir():
             for lbl in sorted(labels.rglob("*.txt")):
-                if lbl not in used and lbl.name != "classes.txt":
+                if lbl not in listed and lbl.name != "classes.txt":
                     report.skip("label file without an image (ignored)", str(lbl))
 
 
