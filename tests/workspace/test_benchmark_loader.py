@@ -12,6 +12,8 @@ import torch
 
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.datamodule import LucidDataModule
+from lucid_train.data.dataset import EpochSampler
+from lucid_train.data.epoch_loader import EpochLoader
 from lucid_train.data.render_choice import auto_render
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -41,3 +43,32 @@ def test_epochs_time_whole_epochs_after_the_first_as_a_fit_is_timed(
     assert rate == (2 * 3 * 4) / 2.0  # 24 images over two epochs of one clock tick each
     with pytest.raises(SystemExit):
         benchmark_loader.parse_args(["--out", "unused.json", "--epochs", "1"])
+
+
+class _Keys(torch.utils.data.Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, key: tuple[int, int]) -> torch.Tensor:
+        return torch.tensor(key)
+
+
+def test_epochs_reach_the_batches_the_fits_loader_prepared_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each epoch sets the sampler's epoch as Lightning does, so `EpochLoader` keeps its
+    workers and hands over the next epoch's batches instead of restarting them."""
+    loader = EpochLoader(
+        _Keys(), sampler=EpochSampler(8, batch_size=4), batch_size=4, num_workers=1,
+        persistent_workers=True, drop_last=True,
+    )  # fmt: skip
+    seen: list[tuple[int, int]] = []
+
+    def take(dm: object, batch: torch.Tensor) -> int:
+        seen.append((id(loader._iterator), int(batch[0, 0])))
+        return len(batch)
+
+    monkeypatch.setattr(benchmark_loader, "_take", take)
+    benchmark_loader._epochs_rate(object(), loader, 3)  # type: ignore[arg-type]
+    assert [epoch for _, epoch in seen] == [0, 0, 1, 1, 2, 2]
+    assert len({iterator for iterator, _ in seen}) == 1  # the workers were never restarted
