@@ -57,6 +57,12 @@ APPLY_WARPS = 4
 # (benchmarks/batch_norm_act.py --variants; docs/benchmarks/batch-norm-act/*-s-sweep-1402.json).
 PARTIAL_TILE = 4096
 PARTIAL_WARPS = 4
+# Each distinct launch signature is a compile on a fresh machine, serially in the first step:
+# yolo26n's 105 units at 320 px, batch 16, asked for 38 of them when the finishing step's rows
+# followed the count of partials and Triton specialised on the counts (equal to 1, divisible by
+# 16). The counts are plain loop bounds and row offsets, so they are left unspecialised and the
+# finishing step is always FINISH_PARTIALS rows (masked rows add nothing): 20 compiles
+# (benchmarks/kernel_signatures.py).
 
 
 def batch_norm_silu_applies(x: Tensor, *params: Tensor | None) -> bool:
@@ -107,7 +113,6 @@ class _Layout(NamedTuple):
     part_m: int  # rows of a partial pass's tile
     per_program: int  # rows a partial program reduces (a multiple of part_m)
     programs: int  # partial programs a channel block (rows of partials)
-    block_p: int  # rows of partials a finishing step combines (a power of two)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -119,8 +124,7 @@ def _layout(rows: int, channels: int) -> _Layout:
     programs = max(1, min(triton.cdiv(PROGRAMS, blocks_c), triton.cdiv(tiles, MIN_TILES)))
     per_program = triton.cdiv(tiles, programs) * part_m
     programs = triton.cdiv(rows, per_program)
-    block_p = min(FINISH_PARTIALS, triton.next_power_of_2(programs))
-    return _Layout(TILE // block_c, block_c, blocks_c, part_m, per_program, programs, block_p)
+    return _Layout(TILE // block_c, block_c, blocks_c, part_m, per_program, programs)
 
 
 def _row_stride(t: Tensor) -> int | None:
@@ -166,7 +170,7 @@ class _BatchNormSiLU(torch.autograd.Function):
         )  # fmt: skip
         _stat_finish[(triton.cdiv(c, FINISH_CHANNELS),)](
             part, t.programs, c, weight, bias, running_mean, running_var, stats, momentum, eps,
-            block_p=t.block_p, block_c=FINISH_CHANNELS,
+            block_p=FINISH_PARTIALS, block_c=FINISH_CHANNELS,
         )  # fmt: skip
         _apply_silu[(triton.cdiv(m, t.block_m), t.blocks_c)](
             x, out, stats, m, c, block_m=t.block_m, block_c=t.block_c, num_warps=APPLY_WARPS
@@ -193,7 +197,7 @@ class _BatchNormSiLU(torch.autograd.Function):
         )  # fmt: skip
         _grad_finish[(triton.cdiv(c, FINISH_CHANNELS),)](
             part, t.programs, c, m, weight, stats, coeffs,
-            block_p=t.block_p, block_c=FINISH_CHANNELS,
+            block_p=FINISH_PARTIALS, block_c=FINISH_CHANNELS,
         )  # fmt: skip
         _grad_apply[(triton.cdiv(m, t.block_m), t.blocks_c)](
             x, grad_out, g_row, grad_x, stats, coeffs, m, c,
@@ -214,7 +218,7 @@ if HAVE_TRITON:
         frac = tl.where(n > 0, n_b / tl.maximum(n, 1.0), 0.0)
         return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
 
-    @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
+    @triton.jit(do_not_specialize=("per_program", "programs"))  # type: ignore[untyped-decorator, unused-ignore]
     def _stat_partials(  # type: ignore[no-untyped-def]
         x_ptr, part_ptr, rows, channels, per_program, programs,
         block_m: tl.constexpr, block_c: tl.constexpr,
@@ -246,7 +250,7 @@ if HAVE_TRITON:
         tl.store(out + programs * channels, m2, mask=keep_c)
         tl.store(out + 2 * programs * channels, n_c, mask=keep_c)
 
-    @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
+    @triton.jit(do_not_specialize=("programs",))  # type: ignore[untyped-decorator, unused-ignore]
     def _stat_finish(  # type: ignore[no-untyped-def]
         part_ptr, programs, channels, w_ptr, b_ptr, rm_ptr, rv_ptr, stats_ptr, momentum, eps,
         block_p: tl.constexpr, block_c: tl.constexpr,
@@ -323,7 +327,7 @@ if HAVE_TRITON:
         s = 1.0 / (1.0 + tl.exp(-y))
         return g * (s * (1.0 + y * (1.0 - s)))
 
-    @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
+    @triton.jit(do_not_specialize=("per_program", "programs"))  # type: ignore[untyped-decorator, unused-ignore]
     def _grad_partials(  # type: ignore[no-untyped-def]
         x_ptr, g_ptr, g_row, stats_ptr, part_ptr, rows, channels, per_program, programs,
         block_m: tl.constexpr, block_c: tl.constexpr,
@@ -350,7 +354,7 @@ if HAVE_TRITON:
         tl.store(out, tl.sum(total, axis=0), mask=keep_c)
         tl.store(out + programs * channels, tl.sum(dot, axis=0), mask=keep_c)
 
-    @triton.jit  # type: ignore[untyped-decorator, unused-ignore]
+    @triton.jit(do_not_specialize=("programs",))  # type: ignore[untyped-decorator, unused-ignore]
     def _grad_finish(  # type: ignore[no-untyped-def]
         part_ptr, programs, channels, rows, w_ptr, stats_ptr, coeffs_ptr,
         block_p: tl.constexpr, block_c: tl.constexpr,
