@@ -147,5 +147,8 @@ def peer_half(spec_path: Path) -> None:
     csv_path = save_dir / "results.csv"
     if csv_path.is_file():
         shutil.copy(csv_path, Path(spec["result"]).parent / "peer-results.csv")
+    # the training's facts first: a side stopped by its timeout in the validations below keeps
+    # its clock and per-epoch curve (2026-12-06 16:13 lost both that way)
+    Path(spec["result"]).write_text(json.dumps(out, indent=1))
     out.update(_peer_vals(last, spec, common, task, rect_too=True))
     Path(spec["result"]).write_text(json.dumps(out, indent=1))
