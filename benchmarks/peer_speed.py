@@ -120,8 +120,10 @@ def run_ours(
     data: dict[str, Any],
     capture: str,
     out: Path,
+    repeat: int = 0,
 ) -> dict[str, Any]:
-    runs = args.work / f"ours-{task}-{scale}-{batch}-{capture}"
+    again = f"-r{repeat}" if repeat else ""  # a repeat's own files (`--repeats`)
+    runs = args.work / f"ours-{task}-{scale}-{batch}-{capture}{again}"
     if runs.exists():
         shutil.rmtree(runs)
     cmd = [
@@ -155,7 +157,7 @@ def run_ours(
         "train",
         *args.lucid_flags.split(),
     ]
-    tag = f"ours-{task}-{scale}-b{batch}-{capture}"
+    tag = f"ours-{task}-{scale}-b{batch}-{capture}{again}"
     marks_file = out / f"{tag}-epochs.jsonl"
     marks_file.unlink(missing_ok=True)
     env = _child_env(args.device, {"LUCID_EPOCH_MARKS": str(marks_file)})
@@ -215,7 +217,13 @@ def peer_half(spec_path: Path) -> None:
 
 
 def run_peer(
-    args: argparse.Namespace, task: str, scale: str, batch: int, data: dict[str, Any], out: Path
+    args: argparse.Namespace,
+    task: str,
+    scale: str,
+    batch: int,
+    data: dict[str, Any],
+    out: Path,
+    repeat: int = 0,
 ) -> dict[str, Any]:
     cfg = args.work / "ultralytics-config"
     (cfg / "Ultralytics").mkdir(parents=True, exist_ok=True)
@@ -224,7 +232,7 @@ def run_peer(
         raise FileNotFoundError("no TTF for Ultralytics' font check: pass --font FILE.ttf")
     for name in ("Arial.ttf", "Arial.Unicode.ttf"):
         shutil.copyfile(font, cfg / "Ultralytics" / name)
-    tag = f"peer-{task}-{scale}-b{batch}"
+    tag = f"peer-{task}-{scale}-b{batch}" + (f"-r{repeat}" if repeat else "")
     spec = {
         "model": f"yolo26{scale}{MODEL_SUFFIX[task]}.yaml",
         "data": data["peer_yaml"],
@@ -309,28 +317,50 @@ def loader_alone(
     return float(json.loads(path.read_text())["loader_img_s"])
 
 
+def _sides_once(
+    args: argparse.Namespace,
+    sides: set[str],
+    task: str,
+    scale: str,
+    batch: int,
+    data: dict[str, Any],
+    repeat: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """One run of each side asked for, in the row's order: peer, capture, eager."""
+    out: dict[str, dict[str, Any]] = {}
+    if "peer" in sides:
+        out["peer"] = run_peer(args, task, scale, batch, data, args.out, repeat)
+    if "capture" in sides:
+        out["lucid"] = run_ours(args, task, scale, batch, data, "on", args.out, repeat)
+    if "eager" in sides:
+        out["lucid_eager"] = run_ours(args, task, scale, batch, data, "off", args.out, repeat)
+    return out
+
+
 def run_row(
     args: argparse.Namespace, task: str, scale: str, batch: int, data: dict[str, Any]
 ) -> dict[str, Any]:
     """One row: every side asked for at ``batch``; a side out of device memory makes the whole
-    row run again at the next smaller batch (`speed_rows.next_batch`)."""
+    row run again at the next smaller batch (`speed_rows.next_batch`). With ``--repeats N``
+    the sides run N times in turn at the batch that ran (`speed_rows.summarise_row`)."""
     sides = set(args.sides.split(","))
     used: int | None = batch
     tried = []
     while used is not None:
         row: dict[str, Any] = {"task": task, "scale": scale, "batch": batch, "batch_used": used}
         row["images"] = data["train_images"]
-        if "peer" in sides:
-            row["peer"] = run_peer(args, task, scale, used, data, args.out)
-        if "capture" in sides:
-            row["lucid"] = run_ours(args, task, scale, used, data, "on", args.out)
-        if "eager" in sides:
-            row["lucid_eager"] = run_ours(args, task, scale, used, data, "off", args.out)
+        row.update(_sides_once(args, sides, task, scale, used, data))
         tried.append(used)
         if not any(row.get(k, {}).get("out_of_memory") for k in ("peer", "lucid", "lucid_eager")):
             break
         used = next_batch(used)
     row["batches_tried"] = tried
+    if args.repeats > 1:
+        row["repeats"] = {k: [row[k]] for k in ("peer", "lucid", "lucid_eager") if k in row}
+        for repeat in range(1, args.repeats):
+            again = _sides_once(args, sides, task, scale, row["batch_used"], data, repeat)
+            for side, result in again.items():
+                row["repeats"][side].append(result)
     if "loader" in sides:
         row["loader_img_s"] = loader_alone(args, task, scale, row["batch_used"], data, args.out)
     return summarise_row(row)
@@ -351,6 +381,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--side-timeout", type=float, default=300.0)
     parser.add_argument("--sides", default="peer,capture,eager,loader", help="which sides to run")
+    parser.add_argument(
+        "--repeats", type=int, default=1,
+        help="run the sides in turn this many times a row; the row reads each side's median",
+    )  # fmt: skip
     parser.add_argument("--lucid-flags", default="", help="more `lucid fit` flags, one string")
     parser.add_argument("--fresh", action="store_true", help="replace OUT/peer-speed.json")
     parser.add_argument(
@@ -369,6 +403,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for scale in args.scales:
         if scale not in ("n", "s", "m", "l", "x"):
             parser.error(f"--scales: {scale!r} is not one of n,s,m,l,x")
+    if args.repeats < 1:
+        parser.error(f"--repeats: at least 1, got {args.repeats}")
     return args
 
 

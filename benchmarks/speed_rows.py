@@ -13,6 +13,7 @@ log into ``peer.batch_reduced_to``.
 from __future__ import annotations
 
 import re
+import statistics
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -73,15 +74,37 @@ def next_batch(batch: int) -> int | None:
     return half if half >= MIN_BATCH else None
 
 
+def _median(values: list[Any]) -> float | None:
+    kept = [float(v) for v in values if v is not None]
+    return round(statistics.median(kept), 1) if kept else None
+
+
 def summarise_row(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` (its sides' results under ``peer``, ``lucid``, ``lucid_eager``) with the summary
-    fields the table reads: each side's img/s, the GPU utilisation per side and the ratio."""
+    fields the table reads: each side's img/s, the GPU utilisation per side and the ratio.
+
+    A row run ``--repeats`` times (``repeats``: each side's results in the order run, the sides
+    alternating) reads each side's median img/s and utilisation, the ratio of the medians, and
+    in ``ratio_runs`` the ratio of each repeat's own pair: the authors' side moves 5-18 % from
+    call to call, so one pair is one draw."""
     out = dict(row)
     out.setdefault("loader_img_s", None)
-    out["ultralytics_img_s"] = row.get("peer", {}).get("img_s")
-    out["lucid_img_s"] = row.get("lucid", {}).get("img_s")
-    out["lucid_eager_img_s"] = row.get("lucid_eager", {}).get("img_s")
-    out["gpu_util"] = {k: row.get(k, {}).get("gpu_util") for k in SIDES}
+    repeats = row.get("repeats")
+    if repeats:
+        img = {k: _median([r.get("img_s") for r in repeats.get(k, [])]) for k in SIDES}
+        util = {k: _median([r.get("gpu_util") for r in repeats.get(k, [])]) for k in SIDES}
+        pairs = zip(repeats.get("lucid", []), repeats.get("peer", []), strict=False)
+        out["ratio_runs"] = [
+            round(a["img_s"] / b["img_s"], 2) if a.get("img_s") and b.get("img_s") else None
+            for a, b in pairs
+        ]
+    else:
+        img = {k: row.get(k, {}).get("img_s") for k in SIDES}
+        util = {k: row.get(k, {}).get("gpu_util") for k in SIDES}
+    out["ultralytics_img_s"] = img["peer"]
+    out["lucid_img_s"] = img["lucid"]
+    out["lucid_eager_img_s"] = img["lucid_eager"]
+    out["gpu_util"] = util
     a, b = out["lucid_img_s"], out["ultralytics_img_s"]
     out["ratio"] = round(a / b, 2) if a and b else None
     return out
@@ -99,6 +122,13 @@ def _batch_cell(row: dict[str, Any]) -> str:
     return cell + (f", peer fell back to {reduced}" if reduced else "")
 
 
+def _ratio_cell(row: dict[str, Any]) -> str:
+    runs = [r for r in row.get("ratio_runs") or [] if r is not None]
+    if len(runs) < 2:
+        return str(row.get("ratio"))
+    return f"{row.get('ratio')} ({min(runs)}-{max(runs)}, {len(runs)} pairs)"
+
+
 def table(runs: list[dict[str, Any]]) -> str:
     """The markdown table of every row, by task, scale (n to x) and batch."""
     lines = ["| " + " | ".join(HEAD) + " |", "|" + " --- |" * len(HEAD)]
@@ -109,7 +139,7 @@ def table(runs: list[dict[str, Any]]) -> str:
         u = r.get("gpu_util") or {}
         cells = [r["task"], r.get("scale", "n"), _batch_cell(r), r.get("ultralytics_img_s"),
                  r.get("lucid_img_s"), r.get("lucid_eager_img_s"), r.get("loader_img_s"),
-                 r.get("ratio"),
+                 _ratio_cell(r),
                  f"{u.get('peer')} / {u.get('lucid')} / {u.get('lucid_eager')}"]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

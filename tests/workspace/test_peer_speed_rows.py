@@ -147,3 +147,47 @@ def test_kernels_go_to_the_innermost_part_open_at_their_launch() -> None:
     assert tally["moves"] == {"per_step": 1.0, "ms": 0.01}
     assert tally["top_kernels"][0] == {"name": "conv_dgrad", "ms": 0.025, "calls": 0.5}
     assert tally["ranges_per_step"]["assigner"] == 0.5
+
+
+def test_a_repeated_row_reads_each_sides_median_and_keeps_each_pairs_ratio() -> None:
+    rows = load_benchmark("speed_rows")
+    peer = [{"img_s": 800.0, "gpu_util": 50.0}, {"img_s": 980.0, "gpu_util": 57.0},
+            {"img_s": 900.0, "gpu_util": 55.0}]  # fmt: skip
+    ours = [{"img_s": 1300.0, "gpu_util": 80.0}, {"img_s": 1310.0, "gpu_util": 82.0},
+            {"img_s": 1320.0, "gpu_util": 81.0}]  # fmt: skip
+    row = {"task": "detect", "scale": "n", "batch": 64, "peer": peer[0], "lucid": ours[0]}
+    row = rows.summarise_row({**row, "repeats": {"peer": peer, "lucid": ours}})
+    assert (row["ultralytics_img_s"], row["lucid_img_s"]) == (900.0, 1310.0)
+    assert row["ratio"] == round(1310 / 900, 2)
+    assert row["ratio_runs"] == [round(1300 / 800, 2), round(1310 / 980, 2), round(1320 / 900, 2)]
+    assert row["gpu_util"] == {"peer": 55.0, "lucid": 81.0, "lucid_eager": None}
+    assert "| 1.46 (1.34-1.62, 3 pairs) |" in rows.table([row])
+
+
+def test_repeats_run_the_sides_in_turn_at_the_batch_that_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    speed = load_benchmark("peer_speed")
+    calls: list[tuple[str, int, int]] = []
+
+    def peer(args: Any, task: str, scale: str, batch: int, data: Any, out: Path,
+             repeat: int = 0) -> dict:  # fmt: skip
+        calls.append(("peer", batch, repeat))
+        oom = batch == 64  # the first try runs out of memory: the row falls back to 32
+        return {"img_s": None if oom else 100.0 + repeat, "out_of_memory": oom}
+
+    def ours(args: Any, task: str, scale: str, batch: int, data: Any, capture: str, out: Path,
+             repeat: int = 0) -> dict:  # fmt: skip
+        calls.append((capture, batch, repeat))
+        return {"img_s": 300.0, "out_of_memory": False}
+
+    monkeypatch.setattr(speed, "run_peer", peer)
+    monkeypatch.setattr(speed, "run_ours", ours)
+    args = speed.parse_args(["--out", str(tmp_path), "--sides", "peer,capture", "--repeats", "3"])
+    row = speed.run_row(args, "detect", "s", 64, {"train_images": 8})
+    assert calls == [("peer", 64, 0), ("on", 64, 0), ("peer", 32, 0), ("on", 32, 0),
+                     ("peer", 32, 1), ("on", 32, 1), ("peer", 32, 2), ("on", 32, 2)]  # fmt: skip
+    assert row["batch_used"] == 32 and row["ultralytics_img_s"] == 101.0
+    assert row["ratio_runs"] == [3.0, round(300 / 101, 2), round(300 / 102, 2)]
+    with pytest.raises(SystemExit):
+        speed.parse_args(["--out", str(tmp_path), "--repeats", "0"])
