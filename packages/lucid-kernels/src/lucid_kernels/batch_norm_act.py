@@ -61,8 +61,8 @@ PARTIAL_WARPS = 4
 # yolo26n's 105 units at 320 px, batch 16, asked for 38 of them when the finishing step's rows
 # followed the count of partials and Triton specialised on the counts (equal to 1, divisible by
 # 16). The counts are plain loop bounds and row offsets, so they are left unspecialised and the
-# finishing step is always FINISH_PARTIALS rows (masked rows add nothing): 20 compiles
-# (benchmarks/kernel_signatures.py).
+# finishing step is always FINISH_PARTIALS rows (masked rows add nothing): 20 compiles, about one
+# a kernel and channel block (benchmarks/kernel_signatures.py).
 
 
 def batch_norm_silu_applies(x: Tensor, *params: Tensor | None) -> bool:
