@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from step_timing import median_step_ms
 
 from lucid_kernels import batch_norm_act, batch_norm_silu
 from lucid_models import build_model, conv
@@ -55,7 +55,7 @@ def unit_shapes(scale: str, batch: int, size: int) -> Counter[tuple[int, ...]]:
 
 def graph_ms(fn: Callable[[], object], reps: int) -> float:
     """Device milliseconds of one call of ``fn``: ``reps`` calls recorded in a CUDA graph, the
-    graph replayed between two events (the median of five replays)."""
+    graph replayed between two events (`median_step_ms` of five replays)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -67,15 +67,7 @@ def graph_ms(fn: Callable[[], object], reps: int) -> float:
         for _ in range(reps):
             fn()
     graph.replay()
-    times = []
-    for _ in range(5):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(begin.elapsed_time(end) / reps)
-    return statistics.median(times)
+    return median_step_ms(graph.replay, 5) / reps
 
 
 def time_pair(shape: tuple[int, ...], reps: int, with_torch: bool = True) -> dict[str, float]:
