@@ -12,6 +12,11 @@ carries the same start-up (imports, the model, the first batch), so the differen
 over their difference in images is the marginal cost of an image. Writes
 ``OUT/validation-scale.json`` and prints one line a size. Arguments after ``--`` go to
 ``lucid validate`` (workers, batch size, device).
+
+Each run also carries `PhaseTimer`, a callback given by class path, which splits the validation
+loop's host wall time into its parts: waiting for the next batch (the loader and the transfer),
+the steps (forward, decode, the rows handed to the scorer), and the epoch's end (scoring), each
+timed at a device synchronisation, so the split costs a little of the total it measures.
 """
 
 from __future__ import annotations
@@ -26,6 +31,11 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import lightning as L
+import torch
+
+HERE = Path(__file__).resolve().parent
 
 
 def repeated_split(root: Path, work: Path, images: int) -> Path:
@@ -57,12 +67,59 @@ def repeated_split(root: Path, work: Path, images: int) -> Path:
     return out
 
 
+PHASES_ENV = "LUCID_VALIDATION_PHASES"
+
+
+class PhaseTimer(L.Callback):
+    """Host seconds of one validation's parts, written as JSON to ``$LUCID_VALIDATION_PHASES``:
+    ``wait_s`` (from the loop's start or a step's end to the next step's start), ``step_s``
+    (each step, synchronised at its end), ``end_s`` (the last step's end to the validation's
+    end: scoring), ``batches``."""
+
+    def __init__(self) -> None:
+        self.mark = 0.0
+        self.phases: dict[str, float] = {"wait_s": 0.0, "step_s": 0.0, "end_s": 0.0, "batches": 0}
+
+    @staticmethod
+    def _now() -> float:
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.mark = self._now()
+
+    def on_validation_batch_start(self, trainer: L.Trainer, *_: Any) -> None:
+        t = self._now()
+        self.phases["wait_s"] += t - self.mark
+        self.mark = t
+
+    def on_validation_batch_end(self, trainer: L.Trainer, *_: Any) -> None:
+        t = self._now()
+        self.phases["step_s"] += t - self.mark
+        self.phases["batches"] += 1
+        self.mark = t
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.phases["end_s"] += self._now() - self.mark
+        target = os.environ.get(PHASES_ENV)
+        if target:
+            Path(target).write_text(json.dumps({k: round(v, 3) for k, v in self.phases.items()}))
+
+
 def validate(root: Path, ckpt: Path, run_root: Path, extra: list[str]) -> dict[str, Any]:
-    """``lucid validate`` of ``ckpt`` on ``root``: its wall seconds and the metrics it printed."""
+    """``lucid validate`` of ``ckpt`` on ``root``: its wall seconds, the metrics it printed and
+    its loop's parts (`PhaseTimer`)."""
+    run_root.mkdir(parents=True, exist_ok=True)
+    phases_file = run_root / "phases.json"
+    phases_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "lucid_train", "validate", "--ckpt", str(ckpt),
-           "--data.root", str(root), "--save_dir", str(run_root), *extra]  # fmt: skip
+           "--data.root", str(root), "--save_dir", str(run_root),
+           "--trainer.callbacks+=validation_scale.PhaseTimer", *extra]  # fmt: skip
+    path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])  # the callback's module
+    env = {**os.environ, PHASES_ENV: str(phases_file), "PYTHONPATH": path}
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -72,7 +129,8 @@ def validate(root: Path, ckpt: Path, run_root: Path, extra: list[str]) -> dict[s
         if len(cells) == 2 and cells[0].endswith("mAP50-95"):
             with contextlib.suppress(ValueError):  # a header row
                 metrics[cells[0]] = float(cells[1])
-    return {"wall_s": round(wall, 2), "metrics": metrics}
+    phases = json.loads(phases_file.read_text()) if phases_file.is_file() else None
+    return {"wall_s": round(wall, 2), "metrics": metrics, "phases": phases}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from lucid_testing.benchmark_scripts import load_benchmark
 
@@ -44,3 +45,21 @@ def test_a_repeated_split_holds_every_copy_under_its_own_ids(tmp_path: Path) -> 
         doc["categories"]
         == json.loads((tmp_path / "src" / "annotations" / "val.json").read_text())["categories"]
     )
+
+
+def test_the_phase_timer_splits_the_loop_and_writes_its_parts(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Waiting, steps and the epoch's end add up to the loop's time and land in the JSON file."""
+    scale = load_benchmark("validation_scale")
+    monkeypatch.setenv(scale.PHASES_ENV, str(tmp_path / "phases.json"))
+    clock = iter([0.0, 1.0, 3.0, 3.5, 6.5, 8.0])  # start; batch 1 start, end; batch 2; end
+    monkeypatch.setattr(scale.PhaseTimer, "_now", staticmethod(lambda: next(clock)))
+    timer = scale.PhaseTimer()
+    timer.on_validation_epoch_start(None, None)
+    for _ in range(2):
+        timer.on_validation_batch_start(None)
+        timer.on_validation_batch_end(None)
+    timer.on_validation_end(None, None)
+    phases = json.loads((tmp_path / "phases.json").read_text())
+    assert phases == {"wait_s": 1.5, "step_s": 5.0, "end_s": 1.5, "batches": 2}
