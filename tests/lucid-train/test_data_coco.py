@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lucid_train.data.coco import coco_document, flip_index_from_names, read_coco
+from lucid_train.data.coco import clip_box, coco_document, flip_index_from_names, read_coco
 from lucid_train.data.dataset import EvalDataset
 from lucid_train.data.image_io import CorruptImageError
 from lucid_train.data.records import DataFormatError
@@ -325,3 +325,24 @@ def test_rle_masks_are_traced_to_rings_that_hold_exactly_their_pixels(
     assert index.report.counts == {
         "RLE mask that does not read as its image's: kept, its box as the mask": 2
     }
+
+
+def test_clip_box_is_the_boxs_intersection_with_the_image_or_none() -> None:
+    """Random boxes inside, across and outside a 64 x 48 image, huge ones (a sum past float64)
+    and zero-area ones: the clipped corners equal numpy's clip of them, and None is returned
+    exactly where nothing of the box is left."""
+    rng = np.random.default_rng(0)
+    cases = [list(v) for v in rng.uniform(-80, 120, (2000, 4)) * [1, 1, 0.6, 0.6]]
+    cases += [[0, 0, 64, 48], [10, 10, 0, 5], [-5, -5, 5, 5], [1e308, 0, 1e308, 4],
+              [-1e308, -1e308, 1e308, 1e308], [63.5, 47.5, 10, 10], [64, 0, 3, 3]]  # fmt: skip
+    for x, y, w, h in cases:
+        with np.errstate(over="ignore"):
+            ref = np.array([x, y, x + w, y + h], np.float64)
+        ref[[0, 2]] = ref[[0, 2]].clip(0, 64)
+        ref[[1, 3]] = ref[[1, 3]].clip(0, 48)
+        got = clip_box([x, y, w, h], 64, 48)
+        if ref[2] <= ref[0] or ref[3] <= ref[1]:
+            assert got is None, (x, y, w, h)
+        else:
+            assert got is not None and got.dtype == np.float64
+            np.testing.assert_array_equal(got, ref)
