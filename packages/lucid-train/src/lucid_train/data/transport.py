@@ -21,6 +21,7 @@ import torch
 
 from lucid_train.data.augment.plan import PixelPlan, SizedImage
 from lucid_train.data.augment.render_device import PixelBatch, pack_plans
+from lucid_train.data.by_value import reduce_fields
 from lucid_train.data.targets import Targets
 
 
@@ -93,6 +94,9 @@ class Batch:
     pixels: PixelBatch | None = None
     ready: Any = None
     skipped: tuple[str, ...] = ()  # the samples' `Sample.skipped`, for the epoch's summary
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return reduce_fields(self)  # small tensors by value out of the worker (`by_value`)
 
     def _map(self, fn: Any) -> Batch:
         out: dict[str, Any] = {}

@@ -43,6 +43,7 @@ from lucid_train.data.augment.copy_paste import paste_mask
 from lucid_train.data.augment.hsv import colour_arrays, jitter_batch
 from lucid_train.data.augment.plan import PixelPlan, SizedImage
 from lucid_train.data.augment.warp import pixel_crop
+from lucid_train.data.by_value import reduce_fields
 from lucid_train.data.image_io import CorruptImageError, EncodedImage
 
 MAX_TILES = 4  # a mosaic plane; a letterboxed plane has one
@@ -126,6 +127,9 @@ class PixelBatch:
     jpeg_paths: tuple[str, ...] = ()
     decoded: torch.Tensor | None = None
     ready: Any = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return reduce_fields(self)  # small tensors by value out of the worker (`by_value`)
 
     def _map(self, fn: Any, *, host_too: bool) -> PixelBatch:
         out = {}
