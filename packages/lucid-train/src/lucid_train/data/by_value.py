@@ -3,10 +3,11 @@
 A CPU tensor that a loader worker returns normally travels as a shared-memory segment. The main
 process receives each such segment through its own file-descriptor handshake: a connection to the
 worker's resource-sharer thread, which must take the worker's interpreter lock to answer. A
-training batch holds about 25 tensors, most of them a few hundred bytes of targets, tile matrices
-or colour tables, so the pinning thread spent a handshake on each of them, every batch. On a
-2-core machine with idle workers, a validation batch of 16 (eight tensors) was received in 8-9 ms,
-and in 5-6 ms with its small tensors sent by value.
+device-rendered training batch holds 29 tensors, 19 of them not empty (an empty one needs no
+segment), and all but its JPEG files are small: targets, tile matrices, colour tables. The pinning
+thread spent a handshake on each of them, every batch. On a 2-core machine with idle workers, a
+validation batch of 16 (eight tensors) was received in 8-9 ms, and in 5-6 ms with its small
+tensors sent by value.
 
 `reduce_fields` is the ``__reduce__`` of the loader's dataclasses (`Batch`, `PixelBatch`): their
 CPU tensors under `BY_VALUE_BYTES` are pickled as numpy arrays and rebuilt as tensors of the same
