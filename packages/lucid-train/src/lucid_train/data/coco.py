@@ -271,7 +271,7 @@ def read_coco(
 def clip_box(xywh: Sequence[float] | np.ndarray, width: int, height: int) -> np.ndarray | None:
     """COCO ``[x, y, w, h]`` as xyxy float64 clipped to the image, or None when nothing is left."""
     # Plain floats: a reader calls this once an annotation, where numpy's per-call cost was a
-    # quarter of reading a large split. A sum past float64 is inf, clipped to the side as before.
+    # fifth of reading a large split. A sum past float64 is inf, clipped to the side as before.
     x, y, w, h = (float(v) for v in xywh)
     x1, x2 = min(max(x, 0.0), width), min(max(x + w, 0.0), width)
     y1, y2 = min(max(y, 0.0), height), min(max(y + h, 0.0), height)
