@@ -17,7 +17,6 @@ parameters. No GPU is needed; no kernel runs (the values are garbage, the shapes
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from typing import Any
 
 import torch
 
+from lucid_capture.tree import flatten
 from lucid_kernels import batch_norm_act
 from lucid_models import build_model
 from lucid_models import conv as conv_module
@@ -90,27 +90,12 @@ def _recording() -> Iterator[dict[str, set[tuple[str, ...]]]]:
         conv_module.batch_norm_silu_applies = applies
 
 
-def _tensors(value: Any) -> Iterator[torch.Tensor]:
-    """Every tensor inside a model's output (dataclasses, tuples, dicts)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield from _tensors(getattr(value, f.name))
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
-
-
 def signatures(model: torch.nn.Module, x: torch.Tensor) -> dict[str, set[tuple[str, ...]]]:
     """The fused pair's launch signatures, per kernel, of one forward + backward of ``model``
     (in training mode, under fp16 autocast) on ``x``."""
     with _recording() as seen, torch.autocast("cpu", dtype=torch.float16):
         out = model(x)
-        leaves = [t for t in _tensors(out) if t.requires_grad]
+        leaves = [t for t in flatten(out)[0] if t.requires_grad]
         torch.stack([t.float().sum() for t in leaves]).sum().backward()
     return {name: set(seen[name]) for name in KERNELS}
 
