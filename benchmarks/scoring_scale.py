@@ -12,6 +12,12 @@ No model and no GPU: the network's share of a validation is the step's, measured
 Writes ``OUT/scoring-scale.json`` and prints one line a size: `run_cocoeval`'s seconds for
 one decode path (a fit's validation scores two), and the mAP it gave (a check that the rows
 match: about 0.01-0.02 here, the near rows being the only hits).
+
+Each size is also scored the way a validation feeds the scorer: ``CocoEvaluator.add`` once an
+image from arrays, as `ValidationScorer.update` does batch by batch (``add_s``), then
+``compute`` (``compute_s``). With ``--heap-model yolo26n`` that model's training module is
+built in the process first, so Python's garbage collector has a fit's worth of model objects
+to walk whenever it runs, as it does inside a fit.
 """
 
 from __future__ import annotations
@@ -30,13 +36,26 @@ import numpy as np
 
 def scene(images: int, classes: int, objects: int, detections: int, seed: int = 0) -> Any:
     """(ground-truth document, result rows) of the synthetic set."""
+    doc, per_image = scene_arrays(images, classes, objects, detections, seed)
+    rows: list[dict[str, Any]] = []
+    for image_id, xyxy, scores, labels in per_image:
+        xywh = np.c_[xyxy[:, :2], xyxy[:, 2:] - xyxy[:, :2]]
+        rows.extend({"image_id": image_id, "category_id": c + 1, "bbox": b, "score": s}
+                    for b, c, s in zip(xywh.tolist(), labels.tolist(), scores.tolist(),
+                                       strict=True))  # fmt: skip
+    return doc, rows
+
+
+def scene_arrays(images: int, classes: int, objects: int, detections: int, seed: int = 0) -> Any:
+    """(ground-truth document, ``[(image id, (D, 4) xyxy, (D,) scores, (D,) contiguous
+    labels)]`` an image): the rows as a validation hands them to `CocoEvaluator.add`."""
     rng = np.random.default_rng(seed)
     docs: dict[str, Any] = {
         "images": [{"id": i + 1, "width": 640, "height": 480} for i in range(images)],
         "annotations": [],
         "categories": [{"id": c + 1, "name": str(c + 1)} for c in range(classes)],
     }
-    rows: list[dict[str, Any]] = []
+    per_image: list[tuple[int, Any, Any, Any]] = []
     for i in range(images):
         xy = rng.uniform(0, [560, 400], (objects, 2))
         wh = rng.uniform(8, 80, (objects, 2))
@@ -52,22 +71,42 @@ def scene(images: int, classes: int, objects: int, detections: int, seed: int = 
         boxes[:near] = np.c_[xy[:near] + rng.normal(0, 2, (near, 2)), wh[:near]]
         labels[:near] = cats[:near]
         scores = np.round(rng.random(detections), 2)
-        rows.extend({"image_id": i + 1, "category_id": c, "bbox": b, "score": s}
-                    for b, c, s in zip(boxes.tolist(), labels.tolist(), scores.tolist(),
-                                       strict=True))  # fmt: skip
-    return docs, rows
+        xyxy = np.c_[boxes[:, :2], boxes[:, :2] + boxes[:, 2:]]
+        per_image.append((i + 1, xyxy, scores, labels - 1))
+    return docs, per_image
 
 
 def measure(images: int, args: argparse.Namespace) -> dict[str, Any]:
-    from lucid_train.evaluation.coco_eval import coco_from_dict, run_cocoeval
+    from lucid_train.evaluation.coco_eval import CocoEvaluator, coco_from_dict, run_cocoeval
 
     doc, rows = scene(images, args.classes, args.objects, args.detections)
     gt = coco_from_dict(doc)
     start = time.perf_counter()
     stats = run_cocoeval(gt, rows, "bbox")
     scored = time.perf_counter() - start
-    return {"images": images, "detections": len(rows), "run_cocoeval_s": round(scored, 2),
-            "mAP50-95": round(stats["mAP"], 4)}  # fmt: skip
+    del rows
+    _, per_image = scene_arrays(images, args.classes, args.objects, args.detections)
+    evaluator = CocoEvaluator(doc, list(range(1, args.classes + 1)), index=gt)
+    start = time.perf_counter()
+    for image_id, xyxy, scores, labels in per_image:
+        evaluator.add(image_id, xyxy, scores, labels)
+    added = time.perf_counter()
+    again = evaluator.compute()["bbox"]
+    computed = time.perf_counter()
+    return {"images": images, "detections": images * args.detections,
+            "run_cocoeval_s": round(scored, 2), "mAP50-95": round(stats["mAP"], 4),
+            "add_s": round(added - start, 2), "compute_s": round(computed - added, 2),
+            "evaluator_mAP50-95": round(again["mAP"], 4)}  # fmt: skip
+
+
+def heap_model(name: str) -> Any:
+    """The training module of ``name`` (its objects stay in the process: the heap a fit's
+    garbage collector walks), or None for ``none``."""
+    if name == "none":
+        return None
+    from lucid_train.tasks.task_modules import module_class
+
+    return module_class("detect")(model=name, num_classes=80)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -77,7 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--classes", type=int, default=80)
     parser.add_argument("--objects", type=int, default=7, help="ground-truth boxes an image")
     parser.add_argument("--detections", type=int, default=300, help="result rows an image")
+    parser.add_argument("--heap-model", default="none", help="a model built first, or none")
     args = parser.parse_args(argv)
+    held = heap_model(args.heap_model)
     args.out.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -91,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         doc["rows"].append(row)
         print(json.dumps(row), flush=True)
         (args.out / "scoring-scale.json").write_text(json.dumps(doc, indent=1) + "\n")
+    del held
 
 
 if __name__ == "__main__":

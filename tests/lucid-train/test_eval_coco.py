@@ -260,3 +260,38 @@ def test_a_category_without_annotations_is_left_out_of_the_mean_even_when_predic
     assert 0.0 < base["mAP"] < 1.0
     assert empty == base
     assert np.isnan(per_class[12][0]) and not np.isnan(per_class[5][0])
+
+
+def test_collecting_and_scoring_many_rows_never_start_a_full_collection() -> None:
+    """Rows are kept as arrays and scored with the collector paused: adding 200 images of 300
+    rows starts no full (generation 2) collection and scoring them none at all (a dict a row,
+    or scoring with the collector on, starts them over and over); the collector is on again
+    afterwards, as it was."""
+    import gc
+
+    rng = np.random.default_rng(0)
+    ev = CocoEvaluator(_gt(), category_ids=(5, 9))
+    xy = rng.uniform(0, 150, (200, 300, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(5, 50, (200, 300, 2))], -1)
+    scores, labels = rng.random((200, 300)), rng.integers(0, 2, (200, 300))
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    assert gc.isenabled()
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        for i in range(200):
+            ev.add(1 + i % 2, boxes[i], scores[i], labels[i])
+        added = list(collections)
+        stats = ev.compute()["bbox"]
+    finally:
+        gc.callbacks.remove(count)
+    assert 2 not in added, added
+    assert collections == added, collections[len(added) :]
+    assert gc.isenabled()
+    assert 0 < stats["mAP"] <= 1
+    assert len(ev.detections) == 60_000

@@ -186,10 +186,13 @@ def test_all_scores_tied_keep_pycocotools_order() -> None:
     given in (pycocotools' stable sort), and the compiled scorer keeps that order."""
     rng = np.random.default_rng(7)
     doc = _ground_truth(rng, 6, "bbox")
+    drawn = CocoEvaluator(doc, CATEGORY_IDS)
+    _add_detections(rng, drawn, doc, "bbox")
     ev = CocoEvaluator(doc, CATEGORY_IDS)
-    _add_detections(rng, ev, doc, "bbox")
-    for d in ev.detections:
-        d["score"] = 0.5
+    for d in drawn.detections:  # the same rows, one image at a time, every score 0.5
+        x, y, w, h = d["bbox"]
+        ev.add(d["image_id"], [[x, y, x + w, y + h]], [0.5], [CATEGORY_IDS.index(d["category_id"])])
+    assert {d["score"] for d in ev.results("bbox")} == {0.5}
     stats, _ = _pycocotools(doc, ev.results("bbox"), "bbox")
     np.testing.assert_allclose(list(ev.compute()["bbox"].values()), stats, atol=TOLERANCE)
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import io
-from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -127,6 +128,26 @@ def _quiet(*_: Any, **__: Any) -> None:
     """faster-coco-eval's print function: its progress lines say nothing a fit needs."""
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a block that makes many acyclic objects.
+
+    Scoring makes a dict (and lists) a result row. Every few hundred new objects the collector
+    runs, and as they pile up its full passes walk every object the process holds, a fit's
+    model and trainer included. Rows kept as arrays and scored in such a block: 1.56 -> 0.85 s
+    for 256 images of 300 rows, 20.2 -> 13.2 s for 5,000, a yolo26n module in the process, on
+    the CPU machine (`benchmarks/scoring_scale.py`, docs/benchmarks/epoch-overhead/
+    cpu-2026-12-06-scoring-gc). Nothing made here is cyclic: reference counting frees it all.
+    The collector is back on (if it was) when the block ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _cocoeval(gt: Any, dt: Any, iou_type: IouType, scorer: Scorer) -> Any:
     if scorer == "pycocotools":
         return COCOeval(gt, dt, iou_type)
@@ -157,6 +178,21 @@ def run_cocoeval(
         scorer: ``"faster"`` (the default, module docstring) or ``"pycocotools"``.
     """
     _check_scorer(scorer)
+    # loadRes and COCOeval add keys to each result dict (id, area, a box's polygon) and replace
+    # a mask's segmentation; they never change a value in place, so copying the dicts keeps the
+    # caller's intact (a deep copy took 150 ms per 30 000 detections, this 8 ms).
+    return _score(gt, [dict(d) for d in detections], iou_type, kpt_sigmas, per_class, scorer)
+
+
+def _score(
+    gt: Any,
+    detections: list[dict[str, Any]],
+    iou_type: IouType,
+    kpt_sigmas: npt.NDArray[np.float64] | None,
+    per_class: dict[int, tuple[float, float]] | None,
+    scorer: Scorer,
+) -> dict[str, float]:
+    """`run_cocoeval` of result dicts it may change (its own copies, or `CocoEvaluator`'s)."""
     if isinstance(gt, faster_coco.COCO) != (scorer == "faster"):
         gt = coco_from_dict(gt.dataset, scorer)
     names = KPT_STAT_NAMES if iou_type == "keypoints" else BOX_STAT_NAMES
@@ -164,11 +200,8 @@ def run_cocoeval(
         if per_class is not None:
             per_class.update({int(c): (0.0, 0.0) for c in gt.getCatIds()})
         return dict.fromkeys(names, 0.0)
-    with contextlib.redirect_stdout(io.StringIO()):
-        # loadRes and COCOeval add keys to each result dict (id, area, a box's polygon) and
-        # replace a mask's segmentation; they never change a value in place, so copying the
-        # dicts keeps ours intact (a deep copy took 150 ms per 30 000 detections, this 8 ms).
-        dt = gt.loadRes([dict(d) for d in detections])
+    with contextlib.redirect_stdout(io.StringIO()), collector_paused():
+        dt = gt.loadRes(detections)
         ev = _cocoeval(gt, dt, iou_type, scorer)
         if iou_type == "keypoints" and kpt_sigmas is not None:
             ev.params.kpt_oks_sigmas = np.asarray(kpt_sigmas, np.float64)
@@ -260,7 +293,7 @@ class CocoEvaluator:
             cats = [c for c in ground_truth["categories"] if c.get("keypoints")]
             kpt_sigmas = keypoint_sigmas(len(cats[0]["keypoints"]) if cats else 17)
         self.kpt_sigmas = None if kpt_sigmas is None else np.asarray(kpt_sigmas, np.float64)
-        self.detections: list[dict[str, Any]] = []
+        self._rows: list[_ImageRows] = []  # arrays, not a dict a row: see `results`
         # {iou_type: {category_id: (AP50-95, AP50)}}, filled by `compute`
         self.per_class: dict[str, dict[int, tuple[float, float]]] = {}
 
@@ -286,7 +319,7 @@ class CocoEvaluator:
             keypoints: ``(D, K, 3)`` ``(x, y, score)`` source-image pixels (keypoints).
         """
         b = np.asarray(boxes, np.float64).reshape(-1, 4)
-        s = np.asarray(scores, np.float64).reshape(-1)
+        s = np.array(scores, np.float64).reshape(-1)  # copies: kept until `compute`
         lab = np.asarray(labels, np.int64).reshape(-1)
         if not (b.shape[0] == s.shape[0] == lab.shape[0]):
             raise ValueError(
@@ -303,46 +336,81 @@ class CocoEvaluator:
         kp = (
             None
             if keypoints is None or b.shape[0] == 0  # no detections: nothing to reshape
-            else np.asarray(keypoints, np.float64).reshape(b.shape[0], -1, 3)
+            else np.array(keypoints, np.float64).reshape(b.shape[0], -1, 3)
         )
-        # Python numbers converted once per image, not element by element: the same float64s.
-        xywh = np.stack([b[:, 0], b[:, 1], b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1).tolist()
-        iid = int(image_id)
-        for i, (bbox, score, cat) in enumerate(zip(xywh, s.tolist(), cats.tolist(), strict=True)):
-            det: dict[str, Any] = {"image_id": iid, "category_id": cat, "bbox": bbox}
-            det["score"] = score
-            if rles is not None:
-                det["segmentation"] = rles[i]
-            if kp is not None:
-                det["keypoints"] = kp[i].reshape(-1).tolist()
-            self.detections.append(det)
+        xywh = np.stack([b[:, 0], b[:, 1], b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]], 1)
+        flat_kp = None if kp is None else kp.reshape(b.shape[0], -1)
+        self._rows.append(_ImageRows(int(image_id), xywh, s, cats, rles, flat_kp))
+
+    @property
+    def detections(self) -> list[dict[str, Any]]:
+        """Every detection added, as COCO result dicts (new ones at each read): ``image_id``,
+        ``category_id``, ``bbox`` (xywh), ``score``, and ``segmentation`` / ``keypoints``
+        where they were given."""
+        return self._dicts(self._rows, masks=True, keypoints=True)
 
     def reset(self) -> None:
-        self.detections = []
+        self._rows = []
         self.per_class = {}
 
     def compute(self) -> dict[str, dict[str, float]]:
         """``{iou_type: {stat name: value}}`` for every requested type."""
         out: dict[str, dict[str, float]] = {}
-        for iou_type in self.iou_types:
-            dets = self.results(iou_type)
-            per_class: dict[int, tuple[float, float]] = {}
-            out[iou_type] = run_cocoeval(
-                self.gt, dets, iou_type, self.kpt_sigmas, per_class, self.scorer
-            )
-            self.per_class[iou_type] = per_class
+        with collector_paused():  # until the rows made for the scorer are freed
+            for iou_type in self.iou_types:
+                per_class: dict[int, tuple[float, float]] = {}
+                # `results` makes new dicts: the scorer may change them (run_cocoeval's copy)
+                out[iou_type] = _score(
+                    self.gt, self.results(iou_type), iou_type, self.kpt_sigmas, per_class,
+                    self.scorer,
+                )  # fmt: skip
+                self.per_class[iou_type] = per_class
         return out
 
     def results(self, iou_type: IouType) -> list[dict[str, Any]]:
-        """The detections as a COCO results list for ``iou_type`` (what `compute` scored: a box
-        list without masks and keypoints, masks or keypoints where they were given)."""
+        """The detections as a COCO results list for ``iou_type`` (what `compute` scores): a box
+        list without masks and keypoints, or the detections with masks (segm) or keypoints.
+
+        Rows are kept as each image's arrays and become dicts only here, once per scoring:
+        a dict a row, made as they were added, had the collector walk hundreds of thousands
+        of them all validation long (`collector_paused`)."""
         if iou_type == "bbox":
-            return [
-                {k: v for k, v in d.items() if k not in ("segmentation", "keypoints")}
-                for d in self.detections
-            ]
-        field = "segmentation" if iou_type == "segm" else "keypoints"
-        return [d for d in self.detections if field in d]
+            return self._dicts(self._rows, masks=False, keypoints=False)
+        if iou_type == "segm":
+            return self._dicts([r for r in self._rows if r.rles is not None], True, True)
+        return self._dicts([r for r in self._rows if r.keypoints is not None], True, True)
+
+    @staticmethod
+    def _dicts(rows: list[_ImageRows], masks: bool, keypoints: bool) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        with collector_paused():
+            for r in rows:
+                # Python numbers converted once per image, not element by element: the same
+                # float64s.
+                boxes, scores, cats = r.xywh.tolist(), r.scores.tolist(), r.cats.tolist()
+                rles = r.rles if masks else None
+                kps = r.keypoints.tolist() if keypoints and r.keypoints is not None else None
+                for i, (bbox, score, cat) in enumerate(zip(boxes, scores, cats, strict=True)):
+                    det: dict[str, Any] = {"image_id": r.image_id, "category_id": cat}
+                    det["bbox"] = bbox
+                    det["score"] = score
+                    if rles is not None:
+                        det["segmentation"] = rles[i]
+                    if kps is not None:
+                        det["keypoints"] = kps[i]
+                    out.append(det)
+        return out
+
+
+class _ImageRows(NamedTuple):
+    """One image's detections as `CocoEvaluator.add` took them."""
+
+    image_id: int
+    xywh: npt.NDArray[np.float64]  # (D, 4) source pixels
+    scores: npt.NDArray[np.float64]  # (D,)
+    cats: npt.NDArray[np.int64]  # (D,) dataset category ids
+    rles: list[dict[str, Any]] | None  # D pycocotools RLEs
+    keypoints: npt.NDArray[np.float64] | None  # (D, K * 3)
 
 
 class MultiDecodeEvaluator:
