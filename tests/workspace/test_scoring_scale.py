@@ -23,4 +23,4 @@ def test_the_scene_is_seeded_and_its_near_rows_are_hits(tmp_path: Path) -> None:
     assert all(r["mAP50-95"] > 0 and r["detections"] == 10 * r["images"] for r in out["rows"])
     # the evaluator's path (arrays an image, then compute) scores the same rows alike
     assert all(r["evaluator_mAP50-95"] == r["mAP50-95"] for r in out["rows"])
-    assert all(r["add_s"] >= 0 and r["compute_s"] > 0 for r in out["rows"])
+    assert all(r["add_s"] >= 0 and r["compute_s"] >= 0 for r in out["rows"])
