@@ -7,7 +7,9 @@ plus shapes, about COCO's size and entropy) in a temporary folder, then measures
   mosaic + fused affine, mixup, copy-paste, HSV, flip, packing), i.e. images/s of one worker;
 * ``loader``: the real `LucidDataModule` train DataLoader with ``--workers`` processes, batch
   ``--batch``, pinned memory when CUDA is present, after warm-up batches; with ``--epochs N``,
-  whole epochs 1 .. N-1 after a first, the window `peer_speed.py` times a fit over.
+  whole epochs 1 .. N-1 after a first, the window `peer_speed.py` times a fit over;
+* ``val_loader_img_s`` (with ``--val-passes N``): the val split's loader (decode and letterbox,
+  the same images) over passes 1 .. N-1.
 
 With ``--render device`` a worker only plans and packs (decode with ``--decode cpu``, label
 work, masks), and ``loader`` includes painting each batch on the GPU (and nvJPEG decode with
@@ -107,11 +109,14 @@ def measure(root: Path, args: argparse.Namespace) -> dict[str, Any]:
         loader_rate = _epochs_rate(dm, loader, args.epochs)
     else:
         loader_rate = _batches_rate(dm, loader, args.warmup, args.batches)
-    return {
+    out: dict[str, Any] = {
         "per_worker_img_s": round(per_worker, 1),
         "loader_img_s": round(loader_rate, 1),
         "decode_cache": cache,
     }
+    if args.val_passes:  # the val split's loader (decode and letterbox), passes after the first
+        out["val_loader_img_s"] = round(_epochs_rate(dm, dm.val_dataloader(), args.val_passes), 1)
+    return out
 
 
 def _take(dm: LucidDataModule, batch: Any) -> int:
@@ -173,6 +178,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-worker-images", type=int, default=128)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--batches", type=int, default=16)
+    parser.add_argument("--val-passes", type=int, default=0,
+                        help="also time the val loader over passes 1 .. N-1 (0: not)")  # fmt: skip
     parser.add_argument(
         "--epochs",
         type=int,
@@ -194,6 +201,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.epochs == 1 or args.epochs < 0:
         parser.error("--epochs: 0, or at least 2 (epoch 0 is not timed)")
+    if args.val_passes == 1 or args.val_passes < 0:
+        parser.error("--val-passes: 0, or at least 2 (pass 0 is not timed)")
     args.render_why = None
     if args.render == "auto":
         card = torch.cuda.get_device_name() if torch.cuda.is_available() else None
@@ -211,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         task=args.task, size=args.size, batch=args.batch, workers=args.workers, cpus=os.cpu_count(),
         mixup=args.mixup, copy_paste=args.copy_paste, render=args.render, decode=args.decode,
         render_why=args.render_why, variant=args.variant,
-        mosaic_pool=args.mosaic_pool, epochs=args.epochs,
+        mosaic_pool=args.mosaic_pool, epochs=args.epochs, val_passes=args.val_passes,
         mean_jpeg_kb=mean_kb, torch=torch.__version__,
         python=platform.python_version(), cuda=torch.cuda.is_available(),
     )  # fmt: skip

