@@ -153,7 +153,7 @@ def _whole_pixel_shift(matrix: F64) -> tuple[int, int] | None:
     if not (matrix[:2, :2] == np.eye(2)).all() or not (matrix[2] == (0, 0, 1)).all():
         return None
     tx, ty = float(matrix[0, 2]), float(matrix[1, 2])
-    if tx != round(tx) or ty != round(ty):
+    if not (tx.is_integer() and ty.is_integer()):  # a fraction, inf or nan resamples
         return None
     return int(tx), int(ty)
 
