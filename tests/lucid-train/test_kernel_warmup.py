@@ -1,0 +1,58 @@
+"""`KernelWarmup` starts ``lucid_models.warm_kernels`` for CUDA fits whose BatchNorm + SiLU is
+fused, with the fit's model, batch per device, image size and precision, and for nothing else
+(the GPU half: test_kernel_warmup_gpu.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lucid_models.warm_kernels import warm_kernels, warm_size
+from lucid_train.tasks.kernel_warmup import KernelWarmup, warmup_command
+
+
+def test_the_command_carries_the_fits_model_batch_size_and_precision() -> None:
+    command = warmup_command(
+        "yolo26s-pose", classes=2, keypoints=17, batch=8, size=480, precision="bf16-mixed",
+        device=1,
+    )  # fmt: skip
+    assert command is not None
+    assert command[1:3] == ["-m", "lucid_models.warm_kernels"]
+    args = dict(zip(command[3::2], command[4::2], strict=True))
+    assert args == {
+        "--model": "yolo26s", "--task": "pose", "--classes": "2", "--batch": "8",
+        "--size": "480", "--dtype": "bfloat16", "--device": "cuda:1", "--keypoints": "17",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("precision", ["16-true", "bf16-true", "64-true"])
+def test_a_half_precision_model_is_not_warmed_up(precision: str) -> None:
+    """Its BatchNorm parameters are not float32, so the fused pair never runs."""
+    assert warmup_command(
+        "yolo26n", classes=80, keypoints=None, batch=16, size=640, precision=precision, device=0
+    ) is None  # fmt: skip
+
+
+def test_a_cpu_fit_starts_no_process() -> None:
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("cpu")), local_rank=0, world_size=1,
+        datamodule=SimpleNamespace(img_size=320, batch_size=16), precision="32-true",
+    )  # fmt: skip
+    module = SimpleNamespace(hparams={"model": "yolo26n", "num_classes": 3})
+    warmup = KernelWarmup()
+    warmup.setup(trainer, module, "fit")  # type: ignore[arg-type]
+    assert warmup._process is None
+    warmup.on_train_batch_start(trainer, module, None, 0)  # type: ignore[arg-type]
+    warmup.teardown(trainer, module, "fit")  # type: ignore[arg-type]
+
+
+def test_the_warm_up_itself_runs_nothing_off_cuda() -> None:
+    assert warm_kernels("yolo26n", num_classes=3, batch=2, size=64, device="cpu") == 0
+
+
+@pytest.mark.parametrize("size", [0, 100, -32])
+def test_the_warm_size_needs_the_fits_multiple_of_32(size: int) -> None:
+    with pytest.raises(ValueError, match="multiple of 32"):
+        warm_size(size)
