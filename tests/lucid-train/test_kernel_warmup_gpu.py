@@ -59,6 +59,6 @@ def test_the_warm_up_leaves_the_fit_no_fused_kernel_to_compile(tmp_path: Path) -
     assert _compiled(warmed) == before
     # and a fit on an empty cache starts the warm-up itself
     fresh = tmp_path / "fresh"
-    out = _run([*fit[:-1], "on"], fresh, tmp_path)
+    out = _run([*fit[:-1], "on"], fresh, tmp_path, LUCID_WARM_KERNELS="1")
     assert "the fused kernels were compiled beside the fit's start" in out
     assert _compiled(fresh) == before
