@@ -27,6 +27,7 @@ import time
 import torch
 from torch import Tensor
 
+from lucid_kernels.batch_norm_act import HAVE_TRITON
 from lucid_models.build import build_model
 from lucid_models.conv import FUSE_BN_SILU
 from lucid_models.outputs import ModelOutput, Task
@@ -72,11 +73,11 @@ def warm_kernels(
     that Triton compiles every kernel signature the fit's steps ask for.
 
     Returns:
-        The number of fused units run (0 where the fused pair does not apply: no CUDA, no
+        The number of BatchNorm units run (0 where the fused pair does not apply: no CUDA, no
         Triton, or ``LUCID_FUSE_BN_SILU=0``).
     """
     device = torch.device(device)
-    if device.type != "cuda" or not FUSE_BN_SILU:
+    if device.type != "cuda" or not (FUSE_BN_SILU and HAVE_TRITON):
         return 0
     torch.manual_seed(0)
     model = build_model(name, task=task, num_classes=num_classes, num_keypoints=num_keypoints)
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     cache = os.environ.get("TRITON_CACHE_DIR", "Triton's default cache")
     print(
         f"lucid warm kernels: {args.model} {args.task} batch {args.batch} at "
-        f"{warm_size(args.size)} px for {args.size}, {args.dtype}: {units} fused units run "
+        f"{warm_size(args.size)} px for {args.size}, {args.dtype}: {units} BatchNorm units run "
         f"in {time.perf_counter() - start:.1f} s ({cache})",
         flush=True,
     )
