@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from lucid_train.data import DataFormatError, EmptySplitError, read_split
+from lucid_train.data.input_checks import F32_OVERFLOW, number_list
 from lucid_train.data.records import Task
 
 
@@ -75,6 +76,8 @@ COCO_CASES: list[tuple[str, Task, Callable[[dict[str, Any]], None], str]] = [
     ("category-id-nan", "detect", _set("categories.0.id", math.nan), r"'id' must be an integer"),
     ("image-id-empty", "detect", _set("annotations.0.image_id", ""), r"'image_id' must be an int"),
     ("bbox-nan", "detect", _set("annotations.0.bbox.2", math.nan), r"'bbox' holds a non-finite"),
+    # JSON keeps an integer of any length: past float64's range it is refused, not an OverflowError
+    ("bbox-int-past-float64", "detect", _set("annotations.0.bbox.0", 10**400), r"out-of-range"),
     ("bbox-string", "detect", _set("annotations.0.bbox", "1 2 3 4"), r"'bbox' must be a list"),
     ("bbox-missing", "detect", _drop("annotations.0.bbox"), r"missing 'bbox'"),
     ("width-none", "detect", _set("images.0.width", None), r"'width' must be a positive integer"),
@@ -272,3 +275,29 @@ def test_yolo_names_keyed_by_quoted_digits_still_load(tmp_path: Path) -> None:
     index = read_split(tmp_path, "train", task="detect")
     assert index.schema.class_names == ("cat", "dog")
     assert index.records[0].targets.labels.tolist() == [1]
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_a_coordinate_is_refused_exactly_where_float32_would_hold_infinity(sign: int) -> None:
+    """`number_list`'s plain comparisons refuse what numpy's float32 cast turns to inf, and only
+    that: at float32's overflow bound, a float64 step either side, its largest value, an integer
+    beyond float64 and the non-finite values."""
+    bound = F32_OVERFLOW
+    values: list[float | int] = [
+        bound, float(np.nextafter(bound, 0)), float(np.nextafter(bound, np.inf)),
+        float(np.finfo(np.float32).max), 1e308, 5e-324, 0.0, math.inf, math.nan,
+        2**128 - 2**103 - 1, 2**128, 10**400,
+    ]  # fmt: skip
+    for value in values:
+        x = sign * value
+        try:
+            with np.errstate(over="ignore"):
+                expected = bool(np.isfinite(np.float32(np.float64(x))))
+        except OverflowError:  # the integer beyond float64
+            expected = False
+        try:
+            number_list([1.0, x], "a.json: annotation 1", "'bbox'")
+            accepted = True
+        except DataFormatError:
+            accepted = False
+        assert accepted == expected, x
