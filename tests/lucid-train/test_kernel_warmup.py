@@ -4,13 +4,18 @@ fused, with the fit's model, batch per device, image size and precision, and for
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from lucid_models.warm_kernels import warm_kernels, warm_size
-from lucid_train.tasks.kernel_warmup import KernelWarmup, warmup_command
+from lucid_train.tasks.kernel_warmup import (
+    KernelWarmup,
+    cache_holds_fused_kernels,
+    warmup_command,
+)
 
 
 def test_the_command_carries_the_fits_model_batch_size_and_precision() -> None:
@@ -56,3 +61,18 @@ def test_the_warm_up_itself_runs_nothing_off_cuda() -> None:
 def test_the_warm_size_needs_the_fits_multiple_of_32(size: int) -> None:
     with pytest.raises(ValueError, match="multiple of 32"):
         warm_size(size)
+
+
+def test_a_cache_that_holds_the_fused_kernels_is_not_warmed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The warm-up is for a fresh cache: one compiled fused kernel in it and the fit goes on
+    alone (a new signature then compiles in its first step, as without the warm-up)."""
+    pytest.importorskip("triton", reason="Triton's cache folder")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert not cache_holds_fused_kernels()
+    (tmp_path / "ABC123").mkdir()
+    (tmp_path / "ABC123" / "_grad_apply.cubin").write_bytes(b"")
+    assert not cache_holds_fused_kernels()
+    (tmp_path / "ABC123" / "_apply_silu.cubin").write_bytes(b"")
+    assert cache_holds_fused_kernels()

@@ -9,6 +9,11 @@ waits for its first batches. At the first training batch the fit waits for what 
 then finds every kernel compiled. Nothing the fit computes depends on it: a compiled kernel is
 the same whoever compiled it, and a warm-up that fails or is switched off
 (``LUCID_WARM_KERNELS=0``) leaves the fit to compile as before.
+
+It starts only where Triton's cache holds none of the fused kernels yet (a fresh machine, or a
+fresh ``TRITON_CACHE_DIR``): on a cache that has them, the process's own start could take longer
+than the fit's way to its first batch, for nothing. A new model or batch size on such a cache
+compiles its new signatures in its first step, as without the warm-up.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import IO, Any
 
 import lightning as L
@@ -27,7 +33,7 @@ from lucid_models.conv import FUSE_BN_SILU
 from lucid_train.model_spec import parse_model
 from lucid_train.tasks.capacity import print_once
 
-__all__ = ["WARMUP_TIMEOUT", "KernelWarmup", "warmup_command"]
+__all__ = ["WARMUP_TIMEOUT", "KernelWarmup", "cache_holds_fused_kernels", "warmup_command"]
 
 WARMUP_TIMEOUT = 120.0  # seconds the first batch waits at most (yolo26n: 20 compiles, 5.5-7.4 s)
 DTYPE_OF_PRECISION = {"16-mixed": "float16", "bf16-mixed": "bfloat16", "32-true": "float32"}
@@ -53,6 +59,17 @@ def warmup_command(
     return command
 
 
+def cache_holds_fused_kernels() -> bool:
+    """Whether Triton's cache folder holds a compiled fused BatchNorm + SiLU kernel already."""
+    try:
+        from triton import knobs
+
+        folder = Path(knobs.cache.dir)
+    except (ImportError, AttributeError):  # another Triton: as if fresh
+        return False
+    return folder.is_dir() and any(folder.glob("*/_apply_silu.*"))
+
+
 class KernelWarmup(L.Callback):
     """Starts the warm-up at a CUDA fit's setup (rank 0 of a host), waits for it at the first
     training batch, and says how it went."""
@@ -70,6 +87,7 @@ class KernelWarmup(L.Callback):
             or trainer.local_rank != 0
             or not (FUSE_BN_SILU and HAVE_TRITON)
             or os.environ.get("LUCID_WARM_KERNELS", "1") == "0"
+            or cache_holds_fused_kernels()
         ):
             return
         data = trainer.datamodule  # type: ignore[attr-defined]
