@@ -28,10 +28,10 @@ _ORIGINALS = [(torch, "save", torch.save)]
 if PilImage is not None:
     _ORIGINALS.append((PilImage, "open", PilImage.open))
 
-# The many small CUDA fits of the GPU suite start no kernel warm-up process each (its own test,
-# tests/lucid-train/test_kernel_warmup_gpu.py, turns it on): it changes no bits, only when the
-# fused kernels compile, and each would add a process start to a fit of a few batches.
-os.environ.setdefault("LUCID_WARM_KERNELS", "0")
+# The many small CUDA fits of the GPU suite start no kernel warm-up process each, whatever the
+# environment asks (its own test, tests/lucid-train/test_kernel_warmup_gpu.py, turns it on): it
+# changes no bits, only when the fused kernels compile, and would add a process to each fit.
+os.environ["LUCID_WARM_KERNELS"] = "0"
 
 
 @pytest.fixture(autouse=True)

@@ -76,3 +76,47 @@ def test_a_cache_that_holds_the_fused_kernels_is_not_warmed_again(
     assert not cache_holds_fused_kernels()
     (tmp_path / "ABC123" / "_apply_silu.cubin").write_bytes(b"")
     assert cache_holds_fused_kernels()
+
+
+def _cuda_fit() -> tuple[SimpleNamespace, SimpleNamespace]:
+    trainer = SimpleNamespace(
+        strategy=SimpleNamespace(root_device=torch.device("cuda", 0)), local_rank=0,
+        world_size=1, datamodule=SimpleNamespace(img_size=64, batch_size=2),
+        precision="16-mixed",
+    )  # fmt: skip
+    return trainer, SimpleNamespace(hparams={"model": "yolo26n", "num_classes": 3})
+
+
+def test_a_cuda_fit_starts_no_warm_up_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("LUCID_WARM_KERNELS", raising=False)
+    trainer, module = _cuda_fit()
+    warmup = KernelWarmup()
+    warmup.setup(trainer, module, "fit")  # type: ignore[arg-type]
+    assert warmup._process is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs the warm-up to fail: no CUDA")
+def test_a_warm_up_that_fails_leaves_the_fit_going_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asked for on a machine without CUDA (a CUDA fit's setup, faked), the warm-up process
+    starts, fails at the device, and the first batch goes on with its exit code and last lines
+    in the log."""
+    pytest.importorskip("triton", reason="the fused pair is a set of Triton kernels")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LUCID_WARM_KERNELS", "1")
+    trainer, module = _cuda_fit()
+    warmup = KernelWarmup()
+    warmup.setup(trainer, module, "fit")  # type: ignore[arg-type]
+    assert warmup._process is not None
+    assert "--model yolo26n --task detect --classes 3 --batch 2 --size 64" in " ".join(
+        map(str, warmup._process.args)  # type: ignore[arg-type]
+    )
+    warmup.on_train_batch_start(trainer, module, None, 0)  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert "the kernel warm-up exited with 1; the fit compiles its kernels itself" in out
+    assert "Error" in out  # its traceback's last lines
+    warmup.teardown(trainer, module, "fit")  # type: ignore[arg-type]

@@ -1,19 +1,22 @@
-"""The fused kernels compiled beside a fit's start, in a process of their own.
+"""The fused kernels compiled beside a fit's start, in a process of their own (opt-in for now).
 
 A CUDA fit on a machine whose Triton cache is empty compiled every launch signature of the fused
 BatchNorm + SiLU inside its first step, one after another: 5.5-7.4 s of yolo26n's first epoch
-(docs/benchmarks/peer-speed.md). `KernelWarmup` starts ``python -m lucid_models.warm_kernels``
-when the fit is set up, with the fit's model, batch per device, image size and precision; that
-process compiles the same signatures into Triton's cache while this one builds its loaders and
-waits for its first batches. At the first training batch the fit waits for what is left of it,
-then finds every kernel compiled. Nothing the fit computes depends on it: a compiled kernel is
-the same whoever compiled it, and a warm-up that fails or is switched off
-(``LUCID_WARM_KERNELS=0``) leaves the fit to compile as before.
+(docs/benchmarks/peer-speed.md). With ``LUCID_WARM_KERNELS=1``, `KernelWarmup` starts
+``python -m lucid_models.warm_kernels`` when the fit is set up, with the fit's model, batch per
+device, image size and precision; that process compiles the same signatures into Triton's cache
+while this one builds its loaders and waits for its first batches. At the first training batch
+the fit waits for what is left of it, then finds every kernel compiled. Nothing the fit computes
+depends on it: a compiled kernel is the same whoever compiled it, and a warm-up that fails leaves
+the fit to compile as before, saying why.
 
 It starts only where Triton's cache holds none of the fused kernels yet (a fresh machine, or a
 fresh ``TRITON_CACHE_DIR``): on a cache that has them, the process's own start could take longer
 than the fit's way to its first batch, for nothing. A new model or batch size on such a cache
 compiles its new signatures in its first step, as without the warm-up.
+
+Off unless asked for until its GPU test (tests/lucid-train/test_kernel_warmup_gpu.py) and a
+fresh-cache fit's timing have run on the GPU machine: built 2026-12-06, when no machine came.
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ class KernelWarmup(L.Callback):
             or device.type != "cuda"
             or trainer.local_rank != 0
             or not (FUSE_BN_SILU and HAVE_TRITON)
-            or os.environ.get("LUCID_WARM_KERNELS", "1") == "0"
+            or os.environ.get("LUCID_WARM_KERNELS", "0") != "1"
             or cache_holds_fused_kernels()
         ):
             return
@@ -136,7 +139,7 @@ class KernelWarmup(L.Callback):
             tail = "\n".join(output.strip().splitlines()[-5:])
             print_once(
                 f"lucid: the kernel warm-up {why}; the fit compiles its kernels itself "
-                f"(LUCID_WARM_KERNELS=0 skips the warm-up). Its last lines:\n{tail}"
+                f"(unset LUCID_WARM_KERNELS to go without it). Its last lines:\n{tail}"
             )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
