@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lucid_models.nms import batched_nms, rotated_fast_nms
+from lucid_models.nms import rotated_fast_nms, spanned_nms
 from lucid_models.outputs import BranchOutput, Detections, ModelOutput
 
 __all__ = [
@@ -174,6 +174,12 @@ def _detections(
     return det
 
 
+def _rows(values: Tensor, first: int, count: int, top: Tensor | None) -> Tensor:
+    """An image's ``count`` rows of a batch's candidates from row ``first`` (``top`` of them)."""
+    own = values[first : first + count]
+    return own if top is None else own[top]
+
+
 def topk_decode(
     output: ModelOutput,
     max_det: int = 300,
@@ -240,33 +246,67 @@ def nms_decode(
         raise ValueError("nms_decode reads the one-to-many branch; a deploy view has none")
     probs = branch.logits.float().sigmoid()  # (B, A, C)
     points, strides = output.anchor_points, output.anchor_strides
-    B = probs.shape[0]
-    indices = torch.full((B, max_det), -1, dtype=torch.long, device=probs.device)
-    kept_scores = torch.zeros((B, max_det), device=probs.device)
-    kept_labels = torch.full((B, max_det), -1, dtype=torch.long, device=probs.device)
+    B, device = probs.shape[0], probs.device
+    # Every image's candidates at once, in each image's (anchor, class) order: one nonzero and
+    # one read of the counts for the batch, where each image read the device for its own.
+    if multi_label:
+        image, anchor, label = (probs > score_threshold).nonzero().unbind(1)
+        score = probs[image, anchor, label]
+    else:
+        best, labels = probs.max(dim=-1)
+        image, anchor = (best > score_threshold).nonzero().unbind(1)
+        score, label = best[image, anchor], labels[image, anchor]
+    counts = torch.bincount(image, minlength=B).tolist()
+    rotated = branch.angles is not None
+    # Boxes are elementwise arithmetic of their own anchor's values: decoded for the whole
+    # batch, each row is what the image's own decode gives.
+    boxes = (
+        None
+        if rotated
+        else decode_boxes(branch.boxes[image, anchor], points[anchor], strides[anchor])
+    )
+    parts: list[tuple[int, Tensor | None]] = []  # each image's first row, its top-scored rows
+    spans: list[Tensor] = []
+    image_of: list[Tensor] = []
+    slot: list[Tensor] = []
+    start = 0
     for b in range(B):
-        if multi_label:
-            anchor, label = (probs[b] > score_threshold).nonzero().unbind(1)  # (N,) each
-            score = probs[b, anchor, label]
+        top = None
+        if counts[b] > MAX_NMS:  # the authors' cap: the best MAX_NMS, in score order
+            top = score[start : start + counts[b]].topk(MAX_NMS).indices
+        parts.append((start, top))
+        if boxes is not None and counts[b]:
+            own = _rows(boxes, start, counts[b], top)
+            spans.append(own.max() - own.min() + 1)
+        start += counts[b]
+    finite = iter(torch.stack(spans).isfinite().tolist() if spans else [])
+    span = iter(spans)
+    kept: list[Tensor] = []  # the batch's rows of the candidates each image keeps, in its order
+    for b, (first, top) in enumerate(parts):
+        n = counts[b]
+        if not n:
+            continue
+        own_score, own_label = _rows(score, first, n, top), _rows(label, first, n, top)
+        if boxes is None:  # rotated: decoded an image at a time (cos and sin, not elementwise sums)
+            assert branch.angles is not None
+            own_anchor = _rows(anchor, first, n, top)
+            rbox = decode_rotated(
+                branch.boxes[b, own_anchor], branch.angles[b, own_anchor], points[own_anchor],
+                strides[own_anchor],
+            )  # fmt: skip
+            keep = rotated_fast_nms(rbox, own_score, own_label, iou_threshold, max_det)
         else:
-            best, labels = probs[b].max(dim=-1)
-            anchor = (best > score_threshold).nonzero().squeeze(1)
-            score, label = best[anchor], labels[anchor]
-        if len(score) > MAX_NMS:
-            top = score.topk(MAX_NMS).indices
-            anchor, label, score = anchor[top], label[top], score[top]
-        if branch.angles is not None:
-            rotated = decode_rotated(
-                branch.boxes[b, anchor], branch.angles[b, anchor], points[anchor], strides[anchor]
+            own = _rows(boxes, first, n, top)
+            keep = spanned_nms(
+                own, own_score, own_label, next(span), next(finite), iou_threshold, max_det
             )
-            keep = rotated_fast_nms(rotated, score, label, iou_threshold, max_det)
-        else:  # the candidates' boxes only (the rotated path reads none)
-            boxes = decode_boxes(branch.boxes[b, anchor], points[anchor], strides[anchor])
-            keep = batched_nms(boxes, score, label, iou_threshold, max_det)
-        n = len(keep)
-        indices[b, :n], kept_scores[b, :n], kept_labels[b, :n] = (
-            anchor[keep],
-            score[keep],
-            label[keep],
-        )
+        kept.append(first + (keep if top is None else top[keep]))
+        image_of.append(torch.full((len(keep),), b, dtype=torch.long, device=device))
+        slot.append(torch.arange(len(keep), device=device))
+    indices = torch.full((B, max_det), -1, dtype=torch.long, device=device)
+    kept_scores = torch.zeros((B, max_det), device=device)
+    kept_labels = torch.full((B, max_det), -1, dtype=torch.long, device=device)
+    if kept:
+        at, where = torch.cat(kept), (torch.cat(image_of), torch.cat(slot))
+        indices[where], kept_scores[where], kept_labels[where] = anchor[at], score[at], label[at]
     return _detections(branch, output, indices, kept_scores, kept_labels, indices >= 0)

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from lucid_models.probiou import probiou
 
-__all__ = ["KERNEL_MAX", "batched_nms", "box_iou", "rotated_fast_nms"]
+__all__ = ["KERNEL_MAX", "batched_nms", "box_iou", "rotated_fast_nms", "spanned_nms"]
 
 _BLOCK = 256  # boxes compared with each other at once (a block x block IoU matrix)
 # Candidates up to which torchvision's kernel is the faster pass, by device type (H200 and the
@@ -77,14 +77,33 @@ def batched_nms(
     Returns:
         ``(K,)`` int64 indices into the inputs, in descending score order.
     """
+    if boxes.numel() == 0:
+        return torch.empty(0, dtype=torch.long, device=boxes.device)
+    coords = boxes.float()
+    span = coords.max() - coords.min() + 1
+    return spanned_nms(
+        coords, scores, labels, span, bool(torch.isfinite(span)), iou_threshold, max_keep
+    )
+
+
+def spanned_nms(
+    boxes: Tensor,
+    scores: Tensor,
+    labels: Tensor,
+    span: Tensor,
+    finite: bool,
+    iou_threshold: float,
+    max_keep: int | None = None,
+) -> Tensor:
+    """`batched_nms` of float32 ``boxes`` given their ``span`` (``max - min + 1`` over every
+    coordinate, a 0-d tensor) and whether it is finite: a caller with many sets of boxes reads
+    their spans from the device once, not once a set."""
     limit = len(boxes) if max_keep is None else min(max_keep, len(boxes))
     if boxes.numel() == 0 or limit <= 0:
         return torch.empty(0, dtype=torch.long, device=boxes.device)
     order = scores.argsort(descending=True, stable=True)
-    sorted_boxes = boxes[order].float()
     # Shift each class to its own region of the plane so one IoU pass is class-wise.
-    span = sorted_boxes.max() - sorted_boxes.min() + 1
-    sorted_boxes = sorted_boxes + (labels[order].to(sorted_boxes) * span)[:, None]
+    sorted_boxes = boxes[order] + (labels[order].to(boxes) * span)[:, None]
     kernel = _kernel()
     if (
         kernel is not None
@@ -94,7 +113,7 @@ def batched_nms(
         # unclamped areas make its IoU 0, -0 or NaN, none above the threshold), so it neither
         # suppresses nor is suppressed; an untrained head's raw distances give many of them.
         and iou_threshold >= 0
-        and bool(torch.isfinite(span))
+        and finite
     ):
         # ranks as scores: distinct, so the kernel's own (unstable) sort keeps our order
         rank = torch.arange(len(order), 0, -1, dtype=torch.float32, device=boxes.device)
