@@ -32,7 +32,7 @@ from lucid_models.build import build_model
 from lucid_models.conv import FUSE_BN_SILU
 from lucid_models.outputs import ModelOutput, Task
 
-__all__ = ["DTYPES", "warm_kernels", "warm_size"]
+__all__ = ["DTYPES", "training_pass", "warm_kernels", "warm_size"]
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 COARSEST_STRIDE = 32  # the deepest feature map's stride
@@ -86,16 +86,25 @@ def warm_kernels(
     x = torch.randn(batch, 3, side, side, device=device).contiguous(
         memory_format=torch.channels_last
     )
-    with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
-        leaves = [t for t in _tensors(model(x)) if t.requires_grad]
-        loss = torch.stack([t.float().sum() for t in leaves]).sum()
-    loss.backward()  # type: ignore[no-untyped-call]
+    training_pass(model, x, dtype)
     torch.cuda.synchronize(device)
     return sum(int(m.bn.num_batches_tracked) for m in model.modules() if hasattr(m, "bn"))
 
 
-def _tensors(out: ModelOutput) -> list[Tensor]:
-    """Every tensor of a `ModelOutput`, its branches' included."""
+def training_pass(model: torch.nn.Module, x: Tensor, dtype: torch.dtype) -> None:
+    """One forward of ``model`` (a network or one of its units) on ``x`` under autocast at
+    ``dtype`` (none at float32, as mixed precision runs it), and the backward of every output
+    summed: each unit's kernels, both ways, with the layouts a fit's step gives them."""
+    with torch.autocast(x.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        leaves = [t for t in _tensors(model(x)) if t.requires_grad]
+        loss = torch.stack([t.float().sum() for t in leaves]).sum()
+    loss.backward()  # type: ignore[no-untyped-call]
+
+
+def _tensors(out: ModelOutput | Tensor) -> list[Tensor]:
+    """Every tensor of a `ModelOutput` (its branches' included), or the one a unit returns."""
+    if isinstance(out, Tensor):
+        return [out]
     found: list[Tensor] = []
     for value in (getattr(out, f.name) for f in dataclasses.fields(out)):
         if isinstance(value, Tensor):
