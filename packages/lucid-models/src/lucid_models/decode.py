@@ -257,35 +257,29 @@ def nms_decode(
         image, anchor = (best > score_threshold).nonzero().unbind(1)
         score, label = best[image, anchor], labels[image, anchor]
     counts = torch.bincount(image, minlength=B).tolist()
-    rotated = branch.angles is not None
     # Boxes are elementwise arithmetic of their own anchor's values: decoded for the whole
     # batch, each row is what the image's own decode gives.
     boxes = (
         None
-        if rotated
+        if branch.angles is not None
         else decode_boxes(branch.boxes[image, anchor], points[anchor], strides[anchor])
     )
-    parts: list[tuple[int, Tensor | None]] = []  # each image's first row, its top-scored rows
-    spans: list[Tensor] = []
+    # Each image with candidates: its index, first row, row count and its top-scored rows
+    # (None: all of them), then the boxes' spans, whose finiteness is read once for all.
+    parts: list[tuple[int, int, int, Tensor | None]] = []
+    first = 0
+    for b, n in enumerate(counts):
+        if n:
+            top = score[first : first + n].topk(MAX_NMS).indices if n > MAX_NMS else None
+            parts.append((b, first, n, top))  # over the authors' cap: the best MAX_NMS
+        first += n
+    owns = [] if boxes is None else [_rows(boxes, first, n, top) for _, first, n, top in parts]
+    spans = [own.max() - own.min() + 1 for own in owns]
+    finite: list[bool] = torch.stack(spans).isfinite().tolist() if spans else []
+    kept: list[Tensor] = []  # the batch's rows of the candidates each image keeps, in its order
     image_of: list[Tensor] = []
     slot: list[Tensor] = []
-    start = 0
-    for b in range(B):
-        top = None
-        if counts[b] > MAX_NMS:  # the authors' cap: the best MAX_NMS, in score order
-            top = score[start : start + counts[b]].topk(MAX_NMS).indices
-        parts.append((start, top))
-        if boxes is not None and counts[b]:
-            own = _rows(boxes, start, counts[b], top)
-            spans.append(own.max() - own.min() + 1)
-        start += counts[b]
-    finite = iter(torch.stack(spans).isfinite().tolist() if spans else [])
-    span = iter(spans)
-    kept: list[Tensor] = []  # the batch's rows of the candidates each image keeps, in its order
-    for b, (first, top) in enumerate(parts):
-        n = counts[b]
-        if not n:
-            continue
+    for i, (b, first, n, top) in enumerate(parts):
         own_score, own_label = _rows(score, first, n, top), _rows(label, first, n, top)
         if boxes is None:  # rotated: decoded an image at a time (cos and sin, not elementwise sums)
             assert branch.angles is not None
@@ -296,9 +290,8 @@ def nms_decode(
             )  # fmt: skip
             keep = rotated_fast_nms(rbox, own_score, own_label, iou_threshold, max_det)
         else:
-            own = _rows(boxes, first, n, top)
             keep = spanned_nms(
-                own, own_score, own_label, next(span), next(finite), iou_threshold, max_det
+                owns[i], own_score, own_label, spans[i], finite[i], iou_threshold, max_det
             )
         kept.append(first + (keep if top is None else top[keep]))
         image_of.append(torch.full((len(keep),), b, dtype=torch.long, device=device))
