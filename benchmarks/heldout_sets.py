@@ -5,8 +5,8 @@
 Each set is built deterministically from its seed into ``DIR/<name>-s<seed>/`` in the layout
 ``lucid fit --data.root`` reads (``annotations/{train,val}.json``, ``images/{train,val}/``):
 COCO JSON with one polygon ring and its box per object, so one file serves detect and segment.
-Beside it, ``yolo-<task>/`` is the YOLO txt copy for the peer, written from the same COCO read
-(`lucid_train.data.write_yolo`), so both trainers see one class list; every category has
+The comparison (`peer_data.prepare_data`) writes the peer's YOLO txt copy from the same COCO
+read (`lucid_train.data.write_yolo`), so both trainers see one class list; every category has
 annotations in both splits (no empty class: issue 37's confound). A set's box is its polygon's
 extent, as the peer derives a segment box from the polygon, so the two read the same boxes.
 
@@ -24,7 +24,8 @@ package):
   canvases 480-640 px a side; each shape's mask is its own colour's pixels (the generator gives
   every shape a random colour and a box, not a mask), traced to a polygon at 1/4 px.
 
-``--stats`` prints each built set's counts and object sizes (the tables in peer-accuracy.md).
+Each built set's counts and object sizes (its ``manifest.json``, the tables in
+peer-accuracy.md) are printed as it is built.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,16 +303,6 @@ def stats(root: Path) -> dict[str, Any]:
     return out
 
 
-def export_yolo(root: Path, task: str) -> tuple[Path, Path]:
-    """The YOLO txt copy of the set for ``task`` under ``root/yolo-<task>`` (from our read of the
-    COCO files: one class list for both trainers); returns (our data.yaml, the peer's)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from peer_data import export_for_peer
-
-    _, ours, peer = export_for_peer(root, task, root / f"yolo-{task}")
-    return ours, peer
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, required=True)
@@ -320,12 +310,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="the set's seed (not the fit's)")
     parser.add_argument("--train", type=int, default=None, help="train images (the set's own)")
     parser.add_argument("--val", type=int, default=None, help="val images (the set's own)")
-    parser.add_argument("--yolo", default="", help="comma list of tasks to export YOLO txt for")
     args = parser.parse_args(argv)
     for name in [s for s in args.sets.split(",") if s]:
         root = build(args.cache, name, args.seed, args.train, args.val)
-        for task in [t for t in args.yolo.split(",") if t]:
-            export_yolo(root, task)
         manifest = json.loads((root / "manifest.json").read_text())
         size = sum(f.stat().st_size for f in (root / "images").rglob("*") if f.is_file())
         print(f"{root}: {size / 2**20:.1f} MiB of images")
