@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
+from lucid_capture.tree import flatten
 from lucid_kernels import batch_norm_act
 from lucid_models import build_model
 from lucid_models import conv as conv_module
-from lucid_models.warm_kernels import training_pass
 
 KERNELS = (
     "_stat_partials", "_stat_finish", "_apply_silu", "_grad_partials", "_grad_finish",
@@ -93,8 +93,10 @@ def _recording() -> Iterator[dict[str, set[tuple[str, ...]]]]:
 def signatures(model: torch.nn.Module, x: torch.Tensor) -> dict[str, set[tuple[str, ...]]]:
     """The fused pair's launch signatures, per kernel, of one forward + backward of ``model``
     (in training mode, under fp16 autocast) on ``x``."""
-    with _recording() as seen:
-        training_pass(model, x, torch.float16)  # the warm-up's own pass
+    with _recording() as seen, torch.autocast("cpu", dtype=torch.float16):
+        out = model(x)
+        leaves = [t for t in flatten(out)[0] if t.requires_grad]
+        torch.stack([t.float().sum() for t in leaves]).sum().backward()
     return {name: set(seen[name]) for name in KERNELS}
 
 

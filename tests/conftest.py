@@ -28,11 +28,6 @@ _ORIGINALS = [(torch, "save", torch.save)]
 if PilImage is not None:
     _ORIGINALS.append((PilImage, "open", PilImage.open))
 
-# The many small CUDA fits of the GPU suite start no kernel warm-up process each, whatever the
-# environment asks (its own test, tests/lucid-train/test_kernel_warmup_gpu.py, turns it on): it
-# changes no bits, only when the fused kernels compile, and would add a process to each fit.
-os.environ["LUCID_WARM_KERNELS"] = "0"
-
 
 @pytest.fixture(autouse=True)
 def _unpatched_library_functions() -> None:

@@ -43,7 +43,6 @@ from lucid_train.losses import DualLoss, LossTerms, PaddedTargets, o2m_weight, p
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.report.overlays import detections_to_numpy
 from lucid_train.tasks.capacity import CAPTURE_CAPACITY, LossCapacity, print_once
-from lucid_train.tasks.kernel_warmup import KernelWarmup
 from lucid_train.tasks.loss_log import TrainingLossLog
 from lucid_train.tasks.recipe import OptimizerConfig, OptimizerName
 from lucid_train.tasks.stepping import SteppingModule
@@ -245,10 +244,11 @@ class YOLOModule(SteppingModule):
         # The replays write .grad themselves where nothing else accumulates into it: one device,
         # or lucid's data parallelism, which sums .grad after the backward. Torch's DDP reducer
         # (any other multi-device strategy) watches each parameter's accumulator from C++.
-        in_place = isinstance(self.trainer.strategy, (SingleDeviceStrategy, DataParallelStrategy))
+        strategy = self.trainer.strategy
+        in_place = isinstance(strategy, (SingleDeviceStrategy, DataParallelStrategy))
         for recorder in (self.network_recorder, self.loss_recorder):
             recorder.grads_in_place = in_place
-        return [CaptureCallback(enabled=enabled, verbose=enabled), KernelWarmup()]
+        return [CaptureCallback(enabled=enabled, verbose=enabled)]
 
     def loss_parameters(self) -> nn.Module | None:
         """The module whose parameters the loss trains (pose: the RealNVP flow), if any."""
