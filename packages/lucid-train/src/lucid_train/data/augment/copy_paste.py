@@ -1,10 +1,11 @@
 """Copy-paste in ``flip`` mode: paste mirrored copies of some instances into their own image.
 
-An instance is eligible when its mirrored box overlaps every existing box by less than 30% of
-its own area (intersection over the mirrored box). A fraction ``p`` of the eligible instances,
-chosen at random, is cut out of the mirrored image along its ring and pasted; its mirrored
-targets are appended. Needs rings: polygons (segment) or rotated-box corners (obb); other tasks
-draw nothing (assumptions.md D2).
+An instance is eligible when its mirrored box covers less than 30% of every existing box's area
+(intersection over the existing box, the authors' ``bbox_ioa``). Of the eligible instances, the
+``round(p * n)`` whose mirrored boxes overlap the others least are cut out of the mirrored image
+along their rings and pasted, and their mirrored targets appended in that order: the authors'
+8.4.190 choice, which draws nothing at random. Needs rings: polygons (segment) or rotated-box
+corners (obb); other tasks draw nothing (assumptions.md D2).
 """
 
 from __future__ import annotations
@@ -22,35 +23,34 @@ MAX_OVERLAP = 0.30
 
 
 def _ioa(boxes: np.ndarray, others: np.ndarray) -> np.ndarray:
-    """``(N, M)``: overlap of ``boxes`` (N, 4) with ``others`` (M, 4) over the ``boxes`` area."""
+    """``(N, M)``: overlap of ``boxes`` (N, 4) with ``others`` (M, 4) over each of ``others``'
+    areas (how much of an existing box a pasted one would cover)."""
     lt = np.maximum(boxes[:, None, :2], others[None, :, :2])
     rb = np.minimum(boxes[:, None, 2:], others[None, :, 2:])
     inter = np.clip(rb - lt, 0, None).prod(-1)
-    area = np.clip(boxes[:, 2:] - boxes[:, :2], 0, None).prod(-1)
-    out: np.ndarray = inter / np.maximum(area, 1e-9)[:, None]  # (N, M)
+    area = np.clip(others[:, 2:] - others[:, :2], 0, None).prod(-1)
+    out: np.ndarray = inter / (area + 1e-7)[None, :]  # (N, M); the authors' epsilon
     return out
 
 
 @dataclass(frozen=True)
 class CopyPasteParams:
-    """One draw: indices of the instances to paste mirrored (may be empty)."""
+    """The instances to paste mirrored, in pasting order (may be empty)."""
 
     chosen: tuple[int, ...] = ()
 
     @classmethod
-    def sample(
-        cls, rng: np.random.Generator, targets: Targets, width: float, p: float
-    ) -> CopyPasteParams:
+    def sample(cls, targets: Targets, width: float, p: float) -> CopyPasteParams:
+        """The least-overlapping ``round(p * n)`` of the ``n`` eligible instances; nothing
+        random, so a sample's targets alone decide it."""
         if p <= 0 or not len(targets) or (targets.polygons is None and targets.rboxes is None):
             return cls()
         mirrored = flip_targets(targets, width).boxes.astype(np.float64)
-        eligible = np.flatnonzero(
-            _ioa(mirrored, targets.boxes.astype(np.float64)).max(1) < MAX_OVERLAP
-        )
-        k = round(p * len(eligible))
-        if k == 0:
-            return cls()
-        return cls(tuple(sorted(int(i) for i in rng.choice(eligible, size=k, replace=False))))
+        overlap = _ioa(mirrored, targets.boxes.astype(np.float64)).max(1)
+        eligible = np.flatnonzero(overlap < MAX_OVERLAP)
+        # numpy's default argsort on the same overlaps: the authors' order, ties included
+        order = eligible[np.argsort(overlap[eligible])]
+        return cls(tuple(int(i) for i in order[: round(p * len(eligible))]))
 
 
 def _rings(targets: Targets) -> list[np.ndarray]:

@@ -59,14 +59,13 @@ class GeometryParams:
 
 @dataclass(frozen=True)
 class SampleParams:
-    """Every draw of one training sample except copy-paste, which depends on the warped targets
-    and is drawn inside `TrainAugment.apply` from its own stream (``paste_seed``)."""
+    """Every draw of one training sample. Copy-paste draws nothing: its choice follows from the
+    warped targets (`CopyPasteParams.sample`, inside `TrainAugment.plan`)."""
 
     geometry: GeometryParams
     mixup: tuple[MixupParams, GeometryParams] | None
     hsv: HsvParams
     flip: FlipParams
-    paste_seed: np.random.SeedSequence
 
 
 class TrainAugment:
@@ -105,7 +104,8 @@ class TrainAugment:
     ) -> SampleParams:
         """All draws for dataset ``index``: mosaic partners come from ``pool``, the mixup partner
         from ``mix_pool`` (None: ``pool`` too), its own mosaic partners from ``pool``."""
-        geo_ss, mix_ss, paste_ss, color_ss = seed.spawn(4)
+        # four streams as when copy-paste drew from the third, so the others' draws are unchanged
+        geo_ss, mix_ss, _, color_ss = seed.spawn(4)
         geo, mix, color = (np.random.default_rng(s) for s in (geo_ss, mix_ss, color_ss))
         geometry = self._geometry(geo, index, pool)
         mixup = None
@@ -117,7 +117,6 @@ class TrainAugment:
             mixup,
             HsvParams.sample(color, self.cfg),
             FlipParams.sample(color, self.cfg.fliplr),
-            paste_ss,
         )
 
     def plan_geometry(
@@ -178,9 +177,7 @@ class TrainAugment:
             mixup = (other, mix.ratio)
             targets = Targets.concat([targets, other_targets])
         s = self.size
-        paste = CopyPasteParams.sample(
-            np.random.default_rng(params.paste_seed), targets, s, self.cfg.copy_paste
-        )
+        paste = CopyPasteParams.sample(targets, s, self.cfg.copy_paste)
         rings: tuple[np.ndarray, ...] = ()
         if paste.chosen:
             pasted = pasted_targets(targets, paste, s)
