@@ -35,6 +35,8 @@ OBJECTS = [
     (80.0, 62.0, 150.0, 94.0),  # wide: its mirror 10-80 overlaps the first box partly
     (2.0, 70.0, 12.0, 90.0),  # free: mirror 148-158, a little of the wide box
     (30.0, 64.0, 40.0, 74.0),  # free: mirror 120-130, inside the wide box's band
+    (2.0, 2.0, 8.0, 8.0),  # two whose mirrors touch nothing: a tie at 0, which the order breaks
+    (62.0, 2.0, 66.0, 6.0),
 ]
 
 

@@ -45,10 +45,11 @@ class CopyPasteParams:
         random, so a sample's targets alone decide it."""
         if p <= 0 or not len(targets) or (targets.polygons is None and targets.rboxes is None):
             return cls()
-        mirrored = flip_targets(targets, width).boxes.astype(np.float64)
-        overlap = _ioa(mirrored, targets.boxes.astype(np.float64)).max(1)
+        # float32 as theirs: numpy sorts each dtype with its own routine, so the same dtype and
+        # the default argsort give the authors' order, ties (many overlaps are 0) included
+        mirrored = flip_targets(targets, width).boxes.astype(np.float32)
+        overlap = _ioa(mirrored, targets.boxes.astype(np.float32)).max(1)
         eligible = np.flatnonzero(overlap < MAX_OVERLAP)
-        # numpy's default argsort on the same overlaps: the authors' order, ties included
         order = eligible[np.argsort(overlap[eligible])]
         return cls(tuple(int(i) for i in order[: round(p * len(eligible))]))
 
