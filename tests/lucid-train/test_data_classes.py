@@ -63,6 +63,39 @@ def test_a_category_annotated_in_val_only_stays_a_class(
     assert _labels_name_their_annotations(dm._index("val"), root, "val") > 0
 
 
+@pytest.mark.parametrize(
+    ("edit", "differs"),
+    [
+        # a category (and an annotation of it) in val only: its label had no train class
+        (
+            lambda doc: (
+                doc["categories"].append({"id": 9, "name": "extra"}),
+                doc["annotations"][0].update(category_id=9),
+            ),
+            r"only in \S+val.json: 'extra' \(id 9\)",
+        ),
+        # one category renamed in val
+        (
+            lambda doc: doc["categories"][-1].update(name="RENAMED"),
+            r"only in \S+train.json: .*only in \S+val.json: 'RENAMED'",
+        ),
+    ],
+    ids=["extra-in-val", "renamed"],
+)
+def test_splits_that_list_other_classes_are_refused_naming_both_files(
+    coco_with_categories: Callable[..., Path], edit: Callable[[Any], Any], differs: str
+) -> None:
+    def in_val(split: str, doc: Any) -> None:
+        if split == "val":
+            edit(doc)
+
+    root = coco_with_categories([], [], in_val)
+    dm = LucidDataModule("detect", root, batch_size=2, num_workers=0)
+    refusal = rf"train.json and \S+val.json list different classes \({differs}.*copy train's"
+    with pytest.raises(ClassesError, match=refusal):
+        dm.setup("fit")
+
+
 def test_given_classes_skip_and_count_the_annotations_of_others(
     coco_with_categories: Callable[..., Path],
 ) -> None:

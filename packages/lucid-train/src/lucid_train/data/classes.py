@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from lucid_train.errors import LucidError
 __all__ = [
     "ClassesError",
     "annotated_classes",
+    "check_split_classes",
     "model_classes",
     "restrict_classes",
     "unannotated_line",
@@ -30,6 +32,29 @@ __all__ = [
 
 class ClassesError(LucidError, ValueError):
     """The classes asked for do not fit the data (none, or ids it lacks)."""
+
+
+def check_split_classes(train: DatasetIndex, val: DatasetIndex, sources: tuple[Path, Path]) -> None:
+    """Refuse splits that list other classes (``sources``: the train and val files or folders,
+    named in the error): a label index means one class in every split, so a category in one
+    file only would score val's labels against the wrong class, or none."""
+    a, b = train.schema, val.schema
+    pairs_a = list(zip(a.category_ids, a.class_names, strict=True))
+    pairs_b = list(zip(b.category_ids, b.class_names, strict=True))
+    if pairs_a == pairs_b:
+        return
+    only_a = [f"{name!r} (id {cid})" for cid, name in pairs_a if (cid, name) not in pairs_b]
+    only_b = [f"{name!r} (id {cid})" for cid, name in pairs_b if (cid, name) not in pairs_a]
+    what = "; ".join(
+        f"only in {src}: {', '.join(names)}"
+        for src, names in ((sources[0], only_a), (sources[1], only_b))
+        if names
+    )
+    raise ClassesError(
+        f"{sources[0]} and {sources[1]} list different classes ({what or 'another order'}); "
+        "every split must list the same categories, with the same ids and names: copy train's "
+        "'categories' (COCO) or 'names' (YOLO) into the other split"
+    )
 
 
 def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None:

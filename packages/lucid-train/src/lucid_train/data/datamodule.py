@@ -22,7 +22,12 @@ from torch.utils.data import DataLoader
 
 from lucid_train.arg_types import ImageSide, NonNegativeInt, PositiveInt, check_image_side
 from lucid_train.data.augment.config import AugmentConfig
-from lucid_train.data.classes import annotated_classes, restrict_classes, unannotated_line
+from lucid_train.data.classes import (
+    annotated_classes,
+    check_split_classes,
+    restrict_classes,
+    unannotated_line,
+)
 from lucid_train.data.coco import coco_document, scored_ground_truth
 from lucid_train.data.dataset import (
     MOSAIC_POOLS,
@@ -199,6 +204,10 @@ class LucidDataModule(L.LightningDataModule):
             )
         return self._root
 
+    def _source(self, index: DatasetIndex, stage: str) -> Path:
+        """The file a split was read from (its COCO JSON), else its folder, for errors."""
+        return index.coco_json or self.root / self.splits[stage]
+
     def _index(self, stage: str) -> DatasetIndex:
         split = self.splits[stage]
         key = f"{stage}:{split}"
@@ -221,16 +230,13 @@ class LucidDataModule(L.LightningDataModule):
         """Read the splits the stage needs; learn ``max_epochs`` for close-mosaic."""
         if stage in (None, "fit"):
             train, val = self._index("train"), self._index("val")
+            sources = (self._source(train, "train"), self._source(val, "val"))
+            check_split_classes(train, val, sources)
             if self.classes is None and (kept := annotated_classes([train, val])) is not None:
                 rank_zero_info(unannotated_line(train.schema, kept))  # assumptions D22
                 self.classes = kept
                 self.indices = {k: restrict_classes(v, kept) for k, v in self.indices.items()}
                 train, val = self._index("train"), self._index("val")
-            if train.schema.class_names != val.schema.class_names:
-                raise ValueError(
-                    f"train and val splits disagree on classes: {train.schema.class_names} vs "
-                    f"{val.schema.class_names}"
-                )
         if stage == "validate":
             self._index("val")
         if stage == "test":
