@@ -211,15 +211,19 @@ def test_truncated_image_is_a_counted_skip_with_full_verification(
 def test_corrupt_image_found_at_decode_names_the_file_and_the_fix(
     tmp_path: Path, write_doc: Writer
 ) -> None:
-    """With the cheap header check, a corrupt body surfaces at decode as a clear error."""
+    """With the cheap header check, a corrupt body (the file whole in length, its end intact)
+    surfaces at decode as a clear error naming the flag that finds it at load."""
     ann = write_doc(tmp_path, _doc([_ann(1)]))
     from PIL import Image
 
     noisy = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
-    Image.fromarray(noisy).save(tmp_path / "img" / "a.png")
-    _truncate(tmp_path / "img" / "a.png")
+    path = tmp_path / "img" / "a.png"
+    Image.fromarray(noisy).save(path)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # inside the pixel data
+    path.write_bytes(bytes(data))
     index = read_coco(ann, tmp_path / "img", task="detect", verify="header")
-    with pytest.raises(CorruptImageError, match=r"a.png: cannot decode image.*verify='full'"):
+    with pytest.raises(CorruptImageError, match=r"a.png: cannot decode image.*--data.verify full"):
         EvalDataset(index.records, index.schema, 64)[0]
 
 
@@ -346,3 +350,17 @@ def test_clip_box_is_the_boxs_intersection_with_the_image_or_none() -> None:
         else:
             assert got is not None and got.dtype == np.float64
             np.testing.assert_array_equal(got, ref)
+
+
+def test_a_file_of_normalised_boxes_is_refused_with_the_fix(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """Every 'bbox' inside the unit square on a 64x48 image: written normalised, refused with
+    the file and how to convert; one box past 1 px is read as pixels."""
+    unit = [{**_ann(1), "bbox": [0.1, 0.2, 0.3, 0.25]}, {**_ann(2), "bbox": [0.5, 0.5, 0.4, 0.4]}]
+    ann = write_doc(tmp_path, _doc(unit))
+    refusal = r"ann.json: all 2 boxes lie within \[0, 1\] px .*multiply x and width"
+    with pytest.raises(DataFormatError, match=refusal):
+        read_coco(ann, tmp_path / "img", task="detect")
+    ann = write_doc(tmp_path, _doc([*unit, _ann(3)]))
+    assert len(read_coco(ann, tmp_path / "img", task="detect").records[0].targets.boxes) == 3

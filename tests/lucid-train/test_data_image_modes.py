@@ -139,3 +139,29 @@ def test_a_truncated_file_is_still_counted_as_corrupt(
     path = write_image(tmp_path / "t.png", 32, 24)
     path.write_bytes(path.read_bytes()[:60])
     assert check_image(path, "full") == "corrupt or truncated image"
+
+
+@pytest.mark.parametrize("suffix", [".jpg", ".png"])
+def test_the_header_check_finds_a_file_cut_short_and_keeps_one_with_bytes_after_its_end(
+    tmp_path: Path, suffix: str
+) -> None:
+    """A JPEG or PNG copied short (its end marker gone) is counted at the split's read with
+    the cheap check, where it used to surface at an epoch's first decode; a JPEG with padding or
+    an appended block after its end (some cameras write one) still reads."""
+    noisy = np.random.default_rng(0).integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    whole = tmp_path / f"whole{suffix}"
+    Image.fromarray(noisy).save(whole)
+    data = whole.read_bytes()
+    cut = tmp_path / f"cut{suffix}"
+    cut.write_bytes(data[: len(data) * 3 // 4])
+    assert check_image(whole, "header") == (64, 48)
+    assert check_image(cut, "header") == "corrupt or truncated image"
+    if suffix == ".jpg":
+        tail = tmp_path / "tail.jpg"
+        tail.write_bytes(data + b"\x00" * 7 + b"maker notes after the image")
+        assert check_image(tail, "header") == (64, 48)
+        assert open_rgb(tail).size == (64, 48)
+
+
+def test_a_missing_file_is_counted_as_missing(tmp_path: Path) -> None:
+    assert check_image(tmp_path / "gone.jpg", "header") == "missing image file"

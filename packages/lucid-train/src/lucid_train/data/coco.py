@@ -54,6 +54,8 @@ from lucid_train.data.records import (
 from lucid_train.data.rotated import fit_rboxes, rbox_corners, rbox_envelopes
 from lucid_train.data.targets import Targets
 
+_UNIT_BOX_MIN_SIDE = 8  # images this small may hold only sub-pixel objects: not judged
+
 
 def _entries(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
     """``doc[key]`` as a list of JSON objects, or a refusal naming the first that is not one."""
@@ -264,8 +266,28 @@ def read_coco(
             per_image[iid], schema, label_of, width, height, report, str(ann_file)
         )
         records.append(ImageRecord(iid, path, height, width, targets, scored))
+    _refuse_unit_boxes(records, ann_file)
     report.log()
     return DatasetIndex(schema, records, report, coco_json=ann_file)
+
+
+def _refuse_unit_boxes(records: list[ImageRecord], ann_file: Path) -> None:
+    """Refuse a file whose every box lies in the unit square on images of more than a few
+    pixels: its 'bbox' values were written normalised (YOLO's convention), not in COCO's
+    pixels, and each object would train as a sub-pixel box that no prediction can match."""
+    boxes = [r.targets.boxes for r in records if len(r.targets.boxes)]
+    if not boxes or max(float(b.max()) for b in boxes) > 1.0:
+        return
+    side = min(min(r.width, r.height) for r in records)
+    if side <= _UNIT_BOX_MIN_SIDE:
+        return
+    count = sum(len(b) for b in boxes)
+    raise DataFormatError(
+        f"{ann_file}: all {count} boxes lie within [0, 1] px on images of at least {side} px a "
+        "side, so its 'bbox' values look normalised to the image size; COCO's are pixels "
+        "[x, y, width, height]: multiply x and width by the image's 'width', y and height by its "
+        "'height' (and 'segmentation' points likewise), or export the annotations as COCO again"
+    )
 
 
 def clip_box(xywh: Sequence[float] | np.ndarray, width: int, height: int) -> np.ndarray | None:

@@ -53,6 +53,8 @@ def problem_of(exc: BaseException) -> str:
         return "image above Pillow's decompression-bomb pixel limit"
     if isinstance(exc, ValueError) and "has no 8-bit reading" in str(exc):
         return "image mode without an 8-bit reading (32-bit samples)"
+    if isinstance(exc, FileNotFoundError):
+        return "missing image file"  # the COCO reader's reason for the same
     return "corrupt or truncated image"
 
 
@@ -77,7 +79,8 @@ def open_rgb(path: Path, *, draft_size: tuple[int, int] | None = None) -> Image.
     except (OSError, ValueError, SyntaxError) as exc:
         raise CorruptImageError(
             f"{path}: cannot decode image ({exc}); re-encode or delete the file, or read the split "
-            "with verify='full' so corrupt images are skipped and counted at load time"
+            "with --data.verify full (verify='full') so corrupt images are skipped and counted at "
+            "load time"
         ) from exc
 
 
@@ -86,8 +89,10 @@ def check_image(path: Path, verify: Verify) -> tuple[int, int] | str:
     report's reason: corrupt, above the decompression-bomb limit, a mode without an 8-bit
     reading).
 
-    ``header`` reads only the header (cheap); ``full`` decodes every pixel, which also finds
-    truncated files; ``none`` returns ``(0, 0)`` without opening the file.
+    ``header`` reads the header and the file's last bytes (cheap): a JPEG or PNG that does not
+    end as one (a copy cut short) is decoded to judge it, so a truncated file is found when the
+    split is read, not when a later epoch first decodes it; ``full`` decodes every pixel;
+    ``none`` returns ``(0, 0)`` without opening the file.
     """
     if verify == "none":
         return (0, 0)
@@ -96,11 +101,25 @@ def check_image(path: Path, verify: Verify) -> tuple[int, int] | str:
             size = im.size
             if im.mode in _REFUSED:
                 return problem_of(ValueError("has no 8-bit reading"))
-            if verify == "full":
+            if verify == "full" or not _ends_whole(path, im.format):
                 im.load()
             return (int(size[0]), int(size[1]))
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         return problem_of(exc)
+
+
+_END_MARKS = {"JPEG": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82"}  # EOI; the IEND chunk's type, CRC
+
+
+def _ends_whole(path: Path, fmt: str | None) -> bool:
+    """Whether ``path`` ends as a whole file of its format does (True for other formats);
+    trailing NUL padding, which some writers add after a JPEG's end, is allowed."""
+    mark = _END_MARKS.get(fmt or "")
+    if mark is None:
+        return True
+    with path.open("rb") as f:
+        f.seek(max(0, f.seek(0, io.SEEK_END) - 64))
+        return f.read().rstrip(b"\x00").endswith(mark)
 
 
 @dataclass(frozen=True)
