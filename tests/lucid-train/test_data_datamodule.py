@@ -153,6 +153,66 @@ def test_workers_feeding_a_gpu_yield_the_cpu_to_the_training_process(
     assert os.nice(0) == base  # the training process keeps its own
 
 
+_KILLED_PARENT = """
+import os, signal, time
+import numpy as np
+from torch.utils.data import DataLoader, Dataset
+from lucid_train.data.dataset import worker_init
+
+class Images(Dataset):
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        return np.zeros((64, 64, 3), np.uint8)  # pickled through the pipe, which fills
+
+loader = DataLoader(Images(), batch_size=4, num_workers=1, persistent_workers=True,
+                    prefetch_factor=4, collate_fn=list, worker_init_fn=worker_init)
+it = iter(loader)
+next(it)
+time.sleep(1.0)  # the worker runs ahead until its pipe is full
+print([w.pid for w in it._workers], flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc (Linux)")
+def test_loader_workers_end_with_a_killed_training_process(tmp_path: Path) -> None:
+    """SIGKILL of the training process: a worker that had run ahead (its pipe full, blocked
+    writing) ends within seconds instead of living on as an orphan."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "killed_parent.py"
+    script.write_text(_KILLED_PARENT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )  # fmt: skip
+    assert proc.stdout is not None
+    workers = [int(w) for w in proc.stdout.readline().strip().strip("[]").split(",")]
+    proc.wait(timeout=120)  # not the pipe's end: an orphan worker would hold it open
+    try:
+        deadline = time.monotonic() + 10.0
+        while any(_running(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(w) for w in workers), "a loader worker outlived its parent"
+    finally:
+        for w in workers:
+            if _running(w):
+                os.kill(w, 9)
+        proc.stdout.close()
+
+
 def test_close_mosaic_applies_to_the_final_epochs(small_synthetic: Callable[[Task], Path]) -> None:
     """close_mosaic=2 with 5 epochs: epochs 3 and 4 train without mosaic."""
     dm = _dm(small_synthetic, "detect", augment=AugmentConfig(close_mosaic=2))

@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Literal
@@ -419,3 +421,16 @@ def worker_init(worker_id: int, nice: int = 0) -> None:
     if nice and hasattr(os, "nice"):
         with contextlib.suppress(OSError):
             os.nice(nice)
+    threading.Thread(
+        target=exit_with_parent, args=(os.getppid(),), name="lucid-parent-watch", daemon=True
+    ).start()
+
+
+def exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """End this worker once the process that started it is gone (killed: nothing will read
+    what the worker holds). torch's own check runs between batches only, and a worker that runs
+    ahead has a full pipe to the dead process: it blocks writing, lives on, and holds a shell
+    that pipes the fit's output (`tee`) open with it."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(0)
