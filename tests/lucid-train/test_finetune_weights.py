@@ -296,3 +296,22 @@ def test_fit_prints_the_summary_and_refuses_weights_with_resume(
                  "--run.root", str(tmp_path / "runs")])  # fmt: skip
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and f"weights {junk}" in err[0]
+
+
+def test_the_conversion_command_refuses_an_unreadable_authors_file_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`python -m lucid_train.weights` on a file of the authors' layout whose model holds no
+    tensors: exit 2 and one line naming the file, the finding and what lucid reads; no
+    traceback, nothing written."""
+    from lucid_train.weights.__main__ import main as convert_main
+
+    src = write_authors_checkpoint(
+        tmp_path / "yolo26n.pt", {}, task="detect", scale="n", num_classes=3
+    )
+    dst = tmp_path / "out.pt"
+    assert convert_main([str(src), str(dst)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"lucid weights: error: weights {src}: an Ultralytics checkpoint, but")
+    assert "holds no tensors" in err and err.endswith("or YOLO.save)")
+    assert "\n" not in err and not dst.exists()

@@ -23,9 +23,10 @@ from lucid_train.weights import (
     WeightsReport,
     load_weights,
     loadable_keys,
+    read_authors_file,
 )
 from lucid_train.weights.authors_names import lucid_key
-from lucid_train.weights.authors_pickle import is_authors_checkpoint, read_authors_checkpoint
+from lucid_train.weights.authors_pickle import is_authors_checkpoint
 from lucid_train.weights.checkpoint_file import (
     check_task,
     load_checkpoint_file,
@@ -74,7 +75,7 @@ def convert_weights(src: str | Path, dst: str | Path) -> WeightsReport:
         raise FileNotFoundError(f"weights {s}: no such file")
     if not is_authors_checkpoint(s):
         raise WeightsError(f"weights {s}: not an Ultralytics checkpoint (nothing to convert)")
-    ck = read_authors_checkpoint(s)
+    ck = read_authors_file(s)
     if ck.model_name is None or ck.num_classes is None:
         raise WeightsError(f"weights {s}: its model names no scale/task or class count")
     spec = parse_model(ck.model_name)

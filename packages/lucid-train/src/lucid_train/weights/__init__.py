@@ -9,6 +9,7 @@ from lucid_train.weights.loading import (
     WeightsReport,
     load_weights,
     loadable_keys,
+    read_authors_file,
 )
 
 __all__ = [
@@ -17,4 +18,5 @@ __all__ = [
     "WeightsReport",
     "load_weights",
     "loadable_keys",
+    "read_authors_file",
 ]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from lucid_train.errors import LucidError
 from lucid_train.tasks.restore import convert_weights
-from lucid_train.weights.checkpoint_file import CheckpointError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = convert_weights(args.src, args.dst)
-    except (CheckpointError, FileNotFoundError) as err:
+    except (LucidError, FileNotFoundError) as err:  # one line naming the file and the fix
         print(f"lucid weights: error: {err}", file=sys.stderr)
         return 2
     print(report.summary())

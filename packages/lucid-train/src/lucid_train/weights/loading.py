@@ -34,6 +34,7 @@ from torch import Tensor
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.weights.authors_names import authors_key, lucid_key
 from lucid_train.weights.authors_pickle import (
+    AuthorsCheckpoint,
     AuthorsFormatError,
     is_authors_checkpoint,
     read_authors_checkpoint,
@@ -51,6 +52,7 @@ __all__ = [
     "WeightsReport",
     "load_weights",
     "loadable_keys",
+    "read_authors_file",
 ]
 
 LUCID_WEIGHTS_KEY = "lucid_weights"  # the metadata record of a converted weights file
@@ -123,12 +125,21 @@ def _shape(t: Tensor | torch.Size) -> str:
     return "x".join(map(str, t.shape if isinstance(t, Tensor) else t)) or "scalar"
 
 
+def read_authors_file(path: Path) -> AuthorsCheckpoint:
+    """The authors' checkpoint at ``path``, or a `WeightsError` naming the file and what in it
+    this reader cannot use."""
+    try:
+        return read_authors_checkpoint(path)
+    except AuthorsFormatError as err:
+        raise WeightsError(
+            f"weights {path}: an Ultralytics checkpoint, but {err}; lucid reads the yolo26*.pt "
+            "files Ultralytics 8.4 writes (its trainer's best.pt / last.pt, or YOLO.save)"
+        ) from None
+
+
 def _read_source(path: Path, ours: frozenset[str]) -> _Source:
     if is_authors_checkpoint(path):
-        try:
-            ck = read_authors_checkpoint(path)
-        except AuthorsFormatError as err:
-            raise WeightsError(f"weights {path}: an Ultralytics checkpoint, but {err}") from None
+        ck = read_authors_file(path)
         state: dict[str, Tensor] = {}
         theirs: dict[str, str] = {}
         unplaced = []
