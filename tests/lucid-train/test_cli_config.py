@@ -142,6 +142,27 @@ def test_a_resume_reads_the_runs_config_whatever_else_is_given(printed_run: Prin
 
 
 @pytest.mark.slow
+def test_ckpt_path_last_resumes_the_newest_runs_last_checkpoint_under_the_run_root(
+    printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--ckpt_path last`` (Lightning's help names the keyword; the authors' ``resume``): the
+    ``last.ckpt`` written most recently under ``--run.root``, said on stderr; with none there,
+    one line naming the folder and what to pass."""
+    root = printed_run.run_dir.parent.parent
+    older = root / "detect" / "older" / "checkpoints" / "last.ckpt"
+    older.parent.mkdir(parents=True)
+    shutil.copy(printed_run.last, older)
+    os.utime(older, (1_000_000_000, 1_000_000_000))  # written long before the printed run's
+    cli = LucidCLI(["fit", "--ckpt_path", "last", "--run.root", str(root)], run=False)
+    assert cli.run_dir == printed_run.run_dir
+    assert f"--ckpt_path last: resuming {printed_run.last}" in capsys.readouterr().err
+    empty = tmp_path / "none"
+    assert main(["fit", "--ckpt_path", "last", "--run.root", str(empty)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"lucid fit: error: --ckpt_path last: no run under {empty} has a")
+
+
+@pytest.mark.slow
 def test_a_run_without_config_yaml_resumes_with_its_checkpoints_hyper_parameters(
     printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

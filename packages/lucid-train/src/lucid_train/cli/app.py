@@ -60,7 +60,7 @@ from lucid_train.cli.flags import (
     takes_bool,
     task_of,
 )
-from lucid_train.cli.resume import CONFIG_FILE, Resume, resume_argv
+from lucid_train.cli.resume import CONFIG_FILE, Resume, latest_last_checkpoint, resume_argv
 from lucid_train.data import LucidDataModule
 from lucid_train.data.classes import model_classes
 from lucid_train.distributed import fit_strategy, shared_run_dir
@@ -184,6 +184,11 @@ class LucidCLI(LightningCLI):
         printing = [a for a in argv if a.startswith("--print_config")]
         plain = [a for a in argv if a not in printing]
         config = parser.parse_args(plain)
+        if config.subcommand == "fit" and config.fit.get("ckpt_path") == "last":
+            found = latest_last_checkpoint(Path(config.fit["run.root"]))
+            print(f"lucid fit: --ckpt_path last: resuming {found}", file=sys.stderr)
+            plain = [*plain, "--ckpt_path", str(found)]
+            config = parser.parse_args(plain)
         if config.subcommand == "fit" and config.fit.get("ckpt_path"):
             self.resume, resumed = resume_argv(parser, plain, config)
             config = parser.parse_args([*resumed, *printing])

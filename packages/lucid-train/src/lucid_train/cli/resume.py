@@ -20,9 +20,20 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lucid_train.errors import LucidError
 from lucid_train.run.trainer import run_dir_of_checkpoint
 from lucid_train.tasks.module import SCHEMA_ARGUMENTS
-from lucid_train.weights.checkpoint_file import CheckpointInfo, read_checkpoint_info
+from lucid_train.weights.checkpoint_file import (
+    CheckpointError,
+    CheckpointInfo,
+    read_checkpoint_info,
+)
 
-__all__ = ["CONFIG_FILE", "RESUME_FREE", "Resume", "ResumeConflictError", "resume_argv"]
+__all__ = [
+    "CONFIG_FILE",
+    "RESUME_FREE",
+    "Resume",
+    "ResumeConflictError",
+    "latest_last_checkpoint",
+    "resume_argv",
+]
 
 CONFIG_FILE = "config.yaml"  # in the run folder: the config a fit was started with
 # Keys of a run's config that may differ when it is resumed.
@@ -39,6 +50,20 @@ class Resume:
 
     checkpoint: CheckpointInfo
     run_dir: Path
+
+
+def latest_last_checkpoint(run_root: Path) -> Path:
+    """``--ckpt_path last``: the ``last.ckpt`` of the run under ``run_root``
+    (``<root>/<task>/<name>/checkpoints/``) written most recently, as the authors' ``resume``
+    takes their latest run's ``last.pt``."""
+    found = sorted(run_root.glob("*/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise CheckpointError(
+            f"--ckpt_path last: no run under {run_root} has a checkpoints/last.ckpt; pass the "
+            "checkpoint's path (runs/<task>/<name>/checkpoints/last.ckpt), or the --run.root "
+            "the run was written under"
+        )
+    return found[-1]
 
 
 def resume_argv(
