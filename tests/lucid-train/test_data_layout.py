@@ -79,3 +79,33 @@ def test_ambiguous_layout_is_refused_until_chosen(
     assert resolve_layout(root, "val", "detect", layout="yolo").layout == "yolo"
     with pytest.raises(LayoutError, match="not found in layout 'dota'"):
         resolve_layout(root, "val", "detect", layout="dota")
+
+
+def test_roboflow_exports_are_read_or_named_with_the_flag(
+    tmp_path: Path, small_synthetic: Callable[[Task], Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Roboflow's COCO export names its val split 'valid': the refusal names the split it holds
+    and the flag. Its YOLO export's data.yaml says 'val: ../valid/images' beside its own valid/
+    folder: read there, as the authors' tools read it, and said."""
+    rf = tmp_path / "rf"
+    (rf / "valid").mkdir(parents=True)
+    (rf / "valid" / "_annotations.coco.json").write_text(
+        json.dumps({"images": [], "annotations": [], "categories": []})
+    )
+    with pytest.raises(
+        LayoutError, match=r"It holds split 'valid' \(coco-split-folders\): pass --data.val_split"
+    ):
+        resolve_layout(rf, "val", "detect")
+
+    root = small_synthetic("detect")
+    index = read_coco(root / "annotations" / "val.json", root / "images" / "val", task="detect")
+    write_yolo({"val": index}, tmp_path / "yolo")
+    export = tmp_path / "yolo"
+    (export / "valid").mkdir()
+    shutil.move(export / "images" / "val", export / "valid" / "images")
+    shutil.move(export / "labels" / "val", export / "valid" / "labels")
+    text = (export / "data.yaml").read_text()
+    (export / "data.yaml").write_text(text.replace("val: 'images/val'", "val: ../valid/images"))
+    assert "val: ../valid/images" in (export / "data.yaml").read_text()
+    assert len(read_split(export, "val", task="detect")) == 6
+    assert "'val: ../valid/images' names nothing there; reading" in caplog.text

@@ -40,6 +40,14 @@ _EXPECTS: dict[Layout, str] = {
 }
 
 
+# Other names exporters give a split (Roboflow's COCO export writes valid/).
+_SPLIT_ALIASES: dict[str, tuple[str, ...]] = {
+    "train": ("training",),
+    "val": ("valid", "validation"),
+    "test": ("testing",),
+}
+
+
 class LayoutError(LucidError, ValueError):
     """A dataset folder's layout is unknown or ambiguous."""
 
@@ -127,6 +135,7 @@ def resolve_layout(
     if not found:
         raise LayoutError(
             f"{root}: unknown dataset layout for split {split!r}. Layouts probed: {probed}"
+            + _alias_hint(root, split, task)
         )
     if len(found) > 1:
         names = ", ".join(m.layout for m in found)
@@ -202,3 +211,14 @@ def refuse_unannotated(index: DatasetIndex, split: str) -> None:
         "annotation, so it would train or score nothing; check the annotation file, or pass "
         "--data.allow_empty true to use it as it is"
     )
+
+
+def _alias_hint(root: Path, split: str, task: Task) -> str:
+    """For a split not found: the other name of it that ``root`` does hold, and the flag."""
+    for alias in _SPLIT_ALIASES.get(split, ()):
+        found = probe_layouts(root, alias, task)
+        if found:
+            return (
+                f". It holds split {alias!r} ({found[0].layout}): pass --data.{split}_split {alias}"
+            )
+    return ""

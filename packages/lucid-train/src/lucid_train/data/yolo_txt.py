@@ -23,6 +23,7 @@ does; so is a label file under ``labels/`` that no image of the split has.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import shutil
@@ -47,6 +48,7 @@ from lucid_train.data.rotated import fit_rboxes, rbox_corners, rbox_envelopes
 from lucid_train.data.targets import Targets
 
 MissingLabels = Literal["error", "skip", "background"]
+_log = logging.getLogger("lucid_train.data")
 
 
 def label_path(image: Path) -> Path:
@@ -142,6 +144,14 @@ def _split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]
             )
         p = Path(e)
         p = p if p.is_absolute() else root / p
+        if not p.exists() and e.startswith("../") and (root / e[3:]).exists():
+            # Roboflow's exports write 'train: ../train/images' beside their own train/ folder;
+            # the authors' tools read it there, and so does lucid, saying so.
+            _log.warning(
+                f"lucid data: {where}: '{split}: {e}' names nothing there; reading "
+                f"{root / e[3:]} beside it instead, as the authors' tools read a Roboflow export"
+            )
+            p = root / e[3:]
         if p.is_dir():
             images += sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
         elif p.suffix == ".txt" and p.is_file():
