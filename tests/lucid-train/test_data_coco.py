@@ -364,3 +364,22 @@ def test_a_file_of_normalised_boxes_is_refused_with_the_fix(
         read_coco(ann, tmp_path / "img", task="detect")
     ann = write_doc(tmp_path, _doc([*unit, _ann(3)]))
     assert len(read_coco(ann, tmp_path / "img", task="detect").records[0].targets.boxes) == 3
+
+
+def test_a_turned_image_declared_at_its_stored_size_is_refused_naming_the_tag(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """The file's EXIF tag turns its 64x48 stored pixels to 48x64 (read upright, as the
+    authors' loader reads it); a JSON declaring 64x48 drew on the stored pixels or is wrong:
+    refused with both sizes and the tag."""
+    from PIL import Image
+
+    ann = write_doc(tmp_path, _doc([_ann(1)]))
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(tmp_path / "img" / "a.png", exif=exif)
+    with pytest.raises(
+        DataFormatError,
+        match=r"declared 64x48 but the file is 48x64 upright \(its EXIF orientation",
+    ):
+        read_coco(ann, tmp_path / "img", task="detect")

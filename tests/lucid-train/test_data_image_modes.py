@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lucid_train.data.image_io import CorruptImageError, check_image, open_rgb
+from lucid_train.data.image_io import CorruptImageError, check_image, open_rgb, read_jpeg
 
 GREY16 = np.array([[7, 5007, 10007, 65535]], np.uint16)
 
@@ -83,17 +83,41 @@ def test_cmyk_converts_with_the_key_applied(tmp_path: Path) -> None:
     assert np.abs(got - expected).max() <= 2
 
 
-def test_exif_orientation_is_not_applied(tmp_path: Path) -> None:
-    """Pixels as stored (assumptions.md D9), where OpenCV rotates by the tag: the 3x1 image
-    tagged 'rotate 90' stays 3 wide and 1 high, red first."""
-    stored = np.array([[[255, 0, 0], [0, 255, 0], [0, 0, 255]]], np.uint8)
+# A 2x3 image (two rows, three columns) of distinct colours, as stored.
+STORED = np.arange(18, dtype=np.uint8).reshape(2, 3, 3) * 14
+
+
+@pytest.mark.parametrize("tag", range(1, 9))
+def test_exif_orientation_is_applied_to_the_pixels_and_the_size(tmp_path: Path, tag: int) -> None:
+    """Each of the eight EXIF orientations turns the stored pixels upright (assumptions.md D9),
+    as OpenCV's ``imread`` reads them (tests/peer/test_exif_ladder.py holds it to theirs): the
+    expected grid is worked out here by numpy, and the header check reports the upright size."""
+    upright = {
+        1: STORED, 2: STORED[:, ::-1], 3: STORED[::-1, ::-1], 4: STORED[::-1],
+        5: STORED.transpose(1, 0, 2), 6: np.rot90(STORED, -1),
+        7: STORED[::-1, ::-1].transpose(1, 0, 2),
+        8: np.rot90(STORED, 1),
+    }[tag]  # fmt: skip
+    exif = Image.Exif()
+    exif[0x0112] = tag
+    path = tmp_path / "tagged.png"
+    Image.fromarray(STORED).save(path, exif=exif)
+    assert np.asarray(open_rgb(path)).tolist() == upright.tolist()
+    assert check_image(path, "header") == (upright.shape[1], upright.shape[0])
+
+
+def test_a_tagged_jpeg_is_left_to_pillow_and_an_unreadable_tag_is_upright(tmp_path: Path) -> None:
+    """The device decoder does not apply the tag, so a turned JPEG is not handed to it; a tag
+    value outside 1-8 reads as stored."""
     exif = Image.Exif()
     exif[0x0112] = 6
-    Image.fromarray(stored).save(tmp_path / "exif.png", exif=exif)
-    image = open_rgb(tmp_path / "exif.png")
-    assert image.size == (3, 1)
-    assert _pixels(tmp_path / "exif.png") == stored.reshape(-1, 3).tolist()
-    assert check_image(tmp_path / "exif.png", "full") == (3, 1)
+    Image.fromarray(np.zeros((16, 32, 3), np.uint8)).save(tmp_path / "six.jpg", exif=exif)
+    assert read_jpeg(tmp_path / "six.jpg") is None
+    assert open_rgb(tmp_path / "six.jpg").size == (16, 32)
+    exif[0x0112] = 9
+    Image.fromarray(np.zeros((16, 32, 3), np.uint8)).save(tmp_path / "nine.jpg", exif=exif)
+    assert read_jpeg(tmp_path / "nine.jpg") is not None
+    assert check_image(tmp_path / "nine.jpg", "header") == (32, 16)
 
 
 def test_one_bit_and_grey_images_replicate_their_level(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from lucid_train.data.coco_segmentation import annotation_ring
-from lucid_train.data.image_io import Verify, check_image
+from lucid_train.data.image_io import Verify, check_image, exif_turned
 from lucid_train.data.input_checks import number_list, read_text
 from lucid_train.data.records import (
     DataFormatError,
@@ -258,9 +258,15 @@ def read_coco(
             report.skip(size, str(path))
             continue
         if verify != "none" and size != (width, height):
+            turned = (
+                " upright (its EXIF orientation turns it; if the labels were drawn on the "
+                "stored pixels, remove that tag from the file)"
+                if exif_turned(path)
+                else ""
+            )
             raise DataFormatError(
                 f"{ann_file}: image {iid} ({path}) is declared {width}x{height} but the file is "
-                f"{size[0]}x{size[1]}; fix 'width'/'height' in the JSON"
+                f"{size[0]}x{size[1]}{turned}; fix 'width'/'height' in the JSON"
             )
         targets, scored = _image_targets(
             per_image[iid], schema, label_of, width, height, report, str(ann_file)

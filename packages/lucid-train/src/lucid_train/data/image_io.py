@@ -1,7 +1,8 @@
 """Image files: decode to RGB with Pillow, and check them while a split is read.
 
-Pixels are taken as stored: the EXIF orientation tag is *not* applied, because COCO and YOLO
-annotations are made against the stored pixel grid (assumptions.md D9).
+An EXIF orientation tag is applied (the pixels and the size are the upright image's), as the
+authors' loader (OpenCV's ``imread``) and their label check (``exif_size``) read a file, and as
+labelling tools show it (assumptions.md D9).
 
 Every mode becomes 8-bit RGB as the authors' loader (OpenCV's ``imread``) reads it (docs/data.md,
 "Image modes"): 16-bit samples keep their high byte (Pillow's own conversion clips a 16-bit grey
@@ -58,19 +59,64 @@ def problem_of(exc: BaseException) -> str:
     return "corrupt or truncated image"
 
 
-def open_rgb(path: Path, *, draft_size: tuple[int, int] | None = None) -> Image.Image:
-    """Decode ``path`` into an RGB ``PIL.Image`` (stored orientation, fully loaded).
+# EXIF orientation (tag 0x0112) -> the transpose that makes the stored pixels upright.
+_UPRIGHT = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+_ORIENTATION_TAG = 0x0112
 
-    ``draft_size`` lets a JPEG decode at 1/2, 1/4 or 1/8 scale in the DCT domain when the caller
-    only needs at least that many pixels; the caller must then read the decoded size back.
+
+def orientation(im: Image.Image) -> int:
+    """The EXIF orientation of an opened image (1, upright as stored, when absent, unknown or
+    unreadable: a damaged EXIF block does not make the pixels unreadable). A PNG whose eXIf
+    chunk comes after its pixels is taken as upright: Pillow finds that chunk only by decoding
+    the whole image, too dear for a header check."""
+    if im.format == "PNG" and "exif" not in im.info:
+        return 1
+    try:
+        value = im.getexif().get(_ORIENTATION_TAG, 1)
+    except Exception:  # Pillow raises several kinds on a malformed EXIF block
+        return 1
+    return value if value in _UPRIGHT else 1
+
+
+def exif_turned(path: Path) -> bool:
+    """Whether ``path`` carries an EXIF orientation that turns its stored pixels (for errors)."""
+    try:
+        with Image.open(path) as im:
+            return orientation(im) != 1
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return False
+
+
+def upright_size(im: Image.Image) -> tuple[int, int]:
+    """``(width, height)`` of the image once its EXIF orientation is applied."""
+    w, h = im.size
+    return (h, w) if orientation(im) >= 5 else (w, h)
+
+
+def open_rgb(path: Path, *, draft_size: tuple[int, int] | None = None) -> Image.Image:
+    """Decode ``path`` into an upright RGB ``PIL.Image`` (its EXIF orientation applied, fully
+    loaded).
+
+    ``draft_size`` (upright width, height) lets a JPEG decode at 1/2, 1/4 or 1/8 scale in the
+    DCT domain when the caller only needs at least that many pixels; the caller must then read
+    the decoded size back.
     """
     try:
         with Image.open(path) as im:
+            turn = orientation(im)
             if draft_size is not None and im.format == "JPEG":
-                im.draft("RGB", draft_size)
+                im.draft("RGB", draft_size[::-1] if turn >= 5 else draft_size)
             rgb = to_rgb(im)
             rgb.load()
-            return rgb
+            return rgb if turn == 1 else rgb.transpose(_UPRIGHT[turn])
     except Image.DecompressionBombError as exc:
         raise CorruptImageError(
             f"{path}: {exc}; the file is not corrupt, it is larger than lucid decodes: downscale "
@@ -98,7 +144,7 @@ def check_image(path: Path, verify: Verify) -> tuple[int, int] | str:
         return (0, 0)
     try:
         with Image.open(path) as im:
-            size = im.size
+            size = upright_size(im)
             if im.mode in _REFUSED:
                 return problem_of(ValueError("has no 8-bit reading"))
             if verify == "full" or not _ends_whole(path, im.format):
@@ -134,14 +180,14 @@ class EncodedImage:
 
 def read_jpeg(path: Path) -> EncodedImage | None:
     """``path``'s bytes and size when the device decoder can take it (an RGB or greyscale JPEG
-    that ends where a JPEG ends), else None: the caller decodes it with Pillow, which also names
-    a corrupt file."""
+    that ends where a JPEG ends, upright as stored), else None: the caller decodes it with
+    Pillow, which also names a corrupt file and applies an EXIF orientation."""
     try:
         data = path.read_bytes()
         if data[:2] != b"\xff\xd8" or data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
             return None
         with Image.open(io.BytesIO(data)) as im:
-            if im.format != "JPEG" or im.mode not in ("RGB", "L"):
+            if im.format != "JPEG" or im.mode not in ("RGB", "L") or orientation(im) != 1:
                 return None
             return EncodedImage(path, data, int(im.width), int(im.height))
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
