@@ -383,3 +383,18 @@ def test_a_turned_image_declared_at_its_stored_size_is_refused_naming_the_tag(
         match=r"declared 64x48 but the file is 48x64 upright \(its EXIF orientation",
     ):
         read_coco(ann, tmp_path / "img", task="detect")
+
+
+def test_a_box_clipped_by_more_than_a_pixel_is_counted_and_rounding_is_not(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """On a 64x48 image: a box reaching 16 px past the right edge is clipped and counted; one
+    past it by half a pixel (an exporter's rounding) is clipped without a word."""
+    far = {**_ann(1), "bbox": [50, 10, 30, 20]}
+    hair = {**_ann(2), "bbox": [10, 10, 54.5, 20]}
+    index = read_coco(write_doc(tmp_path, _doc([far, hair])), tmp_path / "img", task="detect")
+    np.testing.assert_allclose(index.records[0].targets.boxes, [[50, 10, 64, 30], [10, 10, 64, 30]])
+    assert index.report.counts == {"box more than 1 px outside the image: clipped to it": 1}
+    assert index.report.examples[next(iter(index.report.counts))] == [
+        f"{tmp_path}/ann.json: annotation 1"
+    ]

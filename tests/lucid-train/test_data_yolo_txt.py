@@ -266,3 +266,16 @@ def test_synthetic_command_exports_yolo_txt(
     )
     assert len(read_yolo(tmp_path / "y" / "data.yaml", "val", task="pose")) == 2
     assert "data.yaml" in capsys.readouterr().out
+
+
+def test_a_box_past_the_image_is_clipped_and_counted_once(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """On a 100x50 image: a box whose right half reaches 10 px past the edge is clipped and
+    counted; one within the image is not."""
+    data = _dataset(tmp_path, write_image, BASE, {"x": "0 0.95 0.5 0.3 0.2\n0 0.5 0.5 0.2 0.2\n"})
+    index = read_yolo(data, "train", task="detect")
+    np.testing.assert_allclose(
+        index.records[0].targets.boxes, [[80, 20, 100, 30], [40, 20, 60, 30]]
+    )
+    assert index.report.counts == {"box more than 1 px outside the image: clipped to it": 1}

@@ -44,6 +44,8 @@ from lucid_train.data.coco_segmentation import annotation_ring
 from lucid_train.data.image_io import Verify, check_image, exif_turned
 from lucid_train.data.input_checks import number_list, read_text
 from lucid_train.data.records import (
+    CLIP_NOTED_PX,
+    CLIPPED,
     DataFormatError,
     DatasetIndex,
     DatasetSchema,
@@ -341,6 +343,9 @@ def _image_targets(
         if box is None:
             report.skip("empty box (no area inside the image)", aid)
             continue
+        x, y, w, h = (float(v) for v in xywh)
+        if max(-x, -y, x + w - width, y + h - height) > CLIP_NOTED_PX:
+            report.skip(CLIPPED, aid)
         if task in ("segment", "obb"):
             ring = annotation_ring(ann.get("segmentation"), task, box, (width, height), aid, report)
             if ring is None:

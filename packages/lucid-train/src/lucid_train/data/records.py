@@ -86,6 +86,11 @@ class DatasetSchema:
         return len(self.keypoint_names)
 
 
+# A box reaching further than this past its image is counted when clipped (less: rounding).
+CLIP_NOTED_PX = 1.0
+CLIPPED = f"box more than {CLIP_NOTED_PX:g} px outside the image: clipped to it"
+
+
 @dataclass
 class LoadReport:
     """Counts of what loading skipped or adjusted (a value clipped, a row read as a box), by

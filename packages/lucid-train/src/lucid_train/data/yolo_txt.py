@@ -37,6 +37,8 @@ from lucid_train.data.data_yaml import dump_data_yaml, read_data_yaml
 from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, check_image
 from lucid_train.data.input_checks import read_text
 from lucid_train.data.records import (
+    CLIP_NOTED_PX,
+    CLIPPED,
     DataFormatError,
     DatasetIndex,
     DatasetSchema,
@@ -305,6 +307,7 @@ def parse_label_text(
                 f"{at}: expected {expected} values for task {task!r}{what}, got {len(values)}"
             )
         check = coords
+        slack_noted = False  # a line counted for its slack is not counted again for its box
         if task == "pose" and dims == 3:
             check = np.concatenate([coords[:4], coords[4:].reshape(k, 3)[:, :2].reshape(-1)])
         if ((check < 0) | (check > 1)).any():
@@ -317,6 +320,7 @@ def parse_label_text(
                 )
             if report is not None:
                 report.skip(f"label values at most {SLACK} outside [0, 1]: clipped", at)
+                slack_noted = True
             if task != "detect":  # points (box corners for detect and pose are clipped below)
                 head = 4 if task == "pose" else 0
                 pts = coords[head:].reshape(-1, dims if task == "pose" else 2)
@@ -325,6 +329,9 @@ def parse_label_text(
         if task in ("detect", "pose"):  # the box, clipped to the image as the authors' loader
             cx, cy, w, h = coords[:4] * np.tile(scale, 2)
             box = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2])
+            past = max(-box[0], -box[1], box[2] - scale[0], box[3] - scale[1])
+            if past > CLIP_NOTED_PX and report is not None and not slack_noted:
+                report.skip(CLIPPED, at)
             box = box.clip(0, np.tile(scale, 2))
             extent = box[2:] - box[:2]
         if task == "segment":
