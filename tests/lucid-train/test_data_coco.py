@@ -398,3 +398,12 @@ def test_a_box_clipped_by_more_than_a_pixel_is_counted_and_rounding_is_not(
     assert index.report.examples[next(iter(index.report.counts))] == [
         f"{tmp_path}/ann.json: annotation 1"
     ]
+
+
+def test_one_file_under_two_image_ids_is_refused(tmp_path: Path, write_doc: Writer) -> None:
+    """The same file_name under ids 7 and 8: it would train and be scored twice, each id with
+    only its own annotations; refused naming both ids and the fix."""
+    doc = _doc([_ann(1)])
+    doc["images"].append({"id": 8, "file_name": "a.png", "width": 64, "height": 48})
+    with pytest.raises(DataFormatError, match=r"images 7 and 8 both name 'a.png'; list each file"):
+        read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")

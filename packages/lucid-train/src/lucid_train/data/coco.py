@@ -204,12 +204,21 @@ def read_coco(
     report = LoadReport(str(ann_file))
 
     images: dict[int, dict[str, Any]] = {}
+    by_file: dict[str, int] = {}
     for i, im in enumerate(_entries(doc, "images", str(ann_file))):
         iid = _int(im, "id", f"{ann_file}: images[{i}]")
         if iid in images:
             raise DataFormatError(
                 f"{ann_file}: duplicate image id {iid} ({images[iid].get('file_name')} and "
                 f"{im.get('file_name')}); give every image a unique id"
+            )
+        name = im.get("file_name")
+        if isinstance(name, str) and by_file.setdefault(name, iid) != iid:
+            # One file under two ids would train twice and be scored twice, each id with only
+            # its own annotations: the other id's objects would count as missed.
+            raise DataFormatError(
+                f"{ann_file}: images {by_file[name]} and {iid} both name {name!r}; list each "
+                "file once, with all its annotations under that one id"
             )
         images[iid] = im
 
