@@ -352,7 +352,7 @@ def _image_targets(
         if box is None:
             report.skip("empty box (no area inside the image)", aid)
             continue
-        x, y, w, h = (float(v) for v in xywh)
+        x, y, w, h = xywh.tolist()
         if max(-x, -y, x + w - width, y + h - height) > CLIP_NOTED_PX:
             report.skip(CLIPPED, aid)
         if task in ("segment", "obb"):
