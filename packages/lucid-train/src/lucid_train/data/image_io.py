@@ -147,7 +147,7 @@ def check_image(path: Path, verify: Verify) -> tuple[int, int] | str:
             size = upright_size(im)
             if im.mode in _REFUSED:
                 return problem_of(ValueError("has no 8-bit reading"))
-            if verify == "full" or not _ends_whole(path, im.format):
+            if verify == "full" or not _ends_whole(im):
                 im.load()
             return (int(size[0]), int(size[1]))
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
@@ -157,15 +157,20 @@ def check_image(path: Path, verify: Verify) -> tuple[int, int] | str:
 _END_MARKS = {"JPEG": b"\xff\xd9", "PNG": b"IEND\xaeB`\x82"}  # EOI; the IEND chunk's type, CRC
 
 
-def _ends_whole(path: Path, fmt: str | None) -> bool:
-    """Whether ``path`` ends as a whole file of its format does (True for other formats);
-    trailing NUL padding, which some writers add after a JPEG's end, is allowed."""
-    mark = _END_MARKS.get(fmt or "")
-    if mark is None:
+def _ends_whole(im: Image.Image) -> bool:
+    """Whether the opened file ends as a whole file of its format does (True for other
+    formats); trailing NUL padding, which some writers add after a JPEG's end, is allowed. Read
+    through the file Pillow holds open (no second open), its position restored."""
+    mark = _END_MARKS.get(im.format or "")
+    fp = getattr(im, "fp", None)
+    if mark is None or fp is None:
         return True
-    with path.open("rb") as f:
-        f.seek(max(0, f.seek(0, io.SEEK_END) - 64))
-        return f.read().rstrip(b"\x00").endswith(mark)
+    at = fp.tell()
+    try:
+        fp.seek(max(0, fp.seek(0, io.SEEK_END) - 64))
+        return bool(fp.read().rstrip(b"\x00").endswith(mark))
+    finally:
+        fp.seek(at)
 
 
 @dataclass(frozen=True)
