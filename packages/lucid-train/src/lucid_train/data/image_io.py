@@ -83,7 +83,7 @@ def orientation(im: Image.Image) -> int:
         value = im.getexif().get(_ORIENTATION_TAG, 1)
     except Exception:  # Pillow raises several kinds on a malformed EXIF block
         return 1
-    return value if value in _UPRIGHT else 1
+    return value if isinstance(value, int) and value in _UPRIGHT else 1
 
 
 def exif_turned(path: Path) -> bool:
