@@ -330,3 +330,13 @@ def test_a_malformed_flag_is_a_usage_error(
         main(["fit", *flags])
     assert done.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_fit_help_says_what_ckpt_path_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not Lightning's text (keywords 'hpc', 'registry' and URLs lucid does not read): a run's
+    checkpoint or 'last'."""
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "or 'last': the last.ckpt under --run.root written most recently" in text
+    assert '``"hpc"`` and ``"registry"``' not in text

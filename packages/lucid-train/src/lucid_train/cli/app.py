@@ -107,6 +107,13 @@ def _known_model(name: str) -> str:
     return name
 
 
+CKPT_PATH_HELP = (
+    "resume a fit: a run's checkpoint (runs/<task>/<name>/checkpoints/last.ckpt; the run's "
+    "config.yaml is read with it), or 'last': the last.ckpt under --run.root written most "
+    "recently"
+)
+
+
 class LucidCLI(LightningCLI):
     """The ``lucid`` command (module docstring).
 
@@ -166,6 +173,8 @@ class LucidCLI(LightningCLI):
             self._subcommand_method_arguments[verb] = sub.add_method_arguments(
                 owner, verb, skip=set(skip)
             )
+            if verb == "fit":  # Lightning's text names keywords and URLs lucid does not read
+                sub._option_string_actions["--ckpt_path"].help = CKPT_PATH_HELP
             self._subcommand_parsers[verb] = sub
             verbs.add_subcommand(verb, sub, help=VERBS[verb])
 
