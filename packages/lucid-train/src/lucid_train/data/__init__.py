@@ -8,7 +8,8 @@ Get batches for a task with `LucidDataModule` (``data=None`` uses the built-in s
 """
 
 from lucid_train.data.augment import AugmentConfig, LetterboxParams, TrainAugment
-from lucid_train.data.coco import coco_document, read_coco, write_coco
+from lucid_train.data.coco import read_coco
+from lucid_train.data.coco_documents import coco_document, write_coco
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset
 from lucid_train.data.dota import read_dota, tile_dota

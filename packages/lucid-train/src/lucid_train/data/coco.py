@@ -1,4 +1,4 @@
-"""COCO JSON: read a split into `Targets`, and write records back as COCO JSON.
+"""COCO JSON: read a split into `Targets` (the documents written back: `coco_documents`).
 
 What is read, per task:
 
@@ -14,9 +14,9 @@ What is read, per task:
 
 Crowd regions (``iscrowd: 1``) are not trained on: they are counted in the load report and left
 to evaluation, which scores them as COCO does (assumptions.md D4). Evaluation's ground truth is
-what the reader kept (`scored_ground_truth`): the images it kept, each annotation it kept with
-its box clipped as it clipped it, and the crowd regions of those images; the rest of each entry
-(area, segmentation, keypoints) is the file's own.
+what the reader kept (`coco_documents.scored_ground_truth`): the images it kept, each
+annotation it kept with its box clipped as it clipped it, and the crowd regions of those
+images; the rest of each entry (area, segmentation, keypoints) is the file's own.
 An extra per-annotation key ``difficult`` (written by DOTA tiling) sets `Targets.difficult`.
 
 Hard errors (the file is wrong): duplicate image or annotation ids, an annotation whose
@@ -53,7 +53,7 @@ from lucid_train.data.records import (
     LoadReport,
     Task,
 )
-from lucid_train.data.rotated import fit_rboxes, rbox_corners, rbox_envelopes
+from lucid_train.data.rotated import fit_rboxes, rbox_envelopes
 from lucid_train.data.targets import Targets
 
 _UNIT_BOX_MIN_SIDE = 8  # images this small may hold only sub-pixel objects: not judged
@@ -397,107 +397,3 @@ def _image_targets(
         xy = np.where(vis[..., None] > 0, arr[..., :2], 0.0).astype(np.float32)
         return base.replace(keypoints=xy, keypoint_vis=vis), scored
     return base, scored
-
-
-def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
-    """The COCO document evaluation scores ``index`` against, read from its file
-    (``index.coco_json``): only the images the reader kept, and of their annotations those it
-    kept, box clipped as it clipped it (``bbox`` rewritten, the rest of the entry as in the
-    file), then their crowd regions as they are. A perfect prediction of the records' targets
-    then scores 1.0, whatever the file held that the loader skipped or clipped."""
-    if index.coco_json is None:
-        raise ValueError("scored_ground_truth: the index was not read from a COCO file")
-    doc: dict[str, Any] = json.loads(read_text(index.coco_json))
-    source = doc["annotations"]
-    by_id = {int(im["id"]): im for im in doc["images"]}
-    free_id = 1 + max((int(a["id"]) for a in source if "id" in a), default=0)
-    images: list[dict[str, Any]] = []
-    anns: list[dict[str, Any]] = []
-    for rec in index.records:
-        images.append({**by_id[rec.image_id], "id": rec.image_id})
-        for pos in rec.scored:
-            ann = {**source[pos], "image_id": rec.image_id}
-            ann["id"] = int(ann["id"]) if "id" in ann else free_id + pos
-            ann["category_id"] = int(ann["category_id"])
-            if not ann.get("iscrowd", 0):
-                box = clip_box(ann["bbox"], rec.width, rec.height)
-                assert box is not None  # the reader kept it
-                x1, y1, x2, y2 = (float(v) for v in box)
-                ann["bbox"] = [x1, y1, x2 - x1, y2 - y1]
-            ann.setdefault("area", float(ann["bbox"][2] * ann["bbox"][3]))
-            anns.append(ann)
-    return {**doc, "images": images, "annotations": anns}
-
-
-def coco_document(index: DatasetIndex, *, images_dir: Path | None = None) -> dict[str, Any]:
-    """A COCO JSON document (a dict) holding ``index``'s records, e.g. as evaluation ground truth.
-
-    ``file_name`` is relative to ``images_dir`` when given, else the bare file name. Areas are the
-    polygon area (segment, obb) or the box area; ``segmentation`` holds the ring (segment), the
-    rotated box corners (obb) or the box as a 4-point ring (detect, pose; pycocotools needs one).
-    """
-    schema = index.schema
-    cats: list[dict[str, Any]] = []
-    for name, cid in zip(schema.class_names, schema.category_ids, strict=True):
-        cat: dict[str, Any] = {"id": cid, "name": name, "supercategory": "object"}
-        if schema.task == "pose":
-            cat["keypoints"] = list(schema.keypoint_names)
-            cat["skeleton"] = [[a + 1, b + 1] for a, b in schema.skeleton]
-        cats.append(cat)
-    images: list[dict[str, Any]] = []
-    anns: list[dict[str, Any]] = []
-    for rec in index.records:
-        name = str(rec.path.relative_to(images_dir)) if images_dir else rec.path.name
-        images.append(
-            {"id": rec.image_id, "file_name": name, "width": rec.width, "height": rec.height}
-        )
-        anns.extend(_annotations(rec, schema, len(anns) + 1))
-    return {"images": images, "annotations": anns, "categories": cats}
-
-
-def _annotations(rec: ImageRecord, schema: DatasetSchema, first_id: int) -> list[dict[str, Any]]:
-    t = rec.targets
-    out = []
-    for i in range(len(t)):
-        x1, y1, x2, y2 = (float(v) for v in t.boxes[i])
-        ring: np.ndarray
-        if t.polygons is not None:
-            ring = t.polygons[i].astype(np.float64)
-        elif t.rboxes is not None:
-            ring = rbox_corners(t.rboxes[i : i + 1])[0]
-        else:
-            ring = np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], np.float64)
-        area = (
-            abs(
-                float(
-                    np.dot(ring[:, 0], np.roll(ring[:, 1], -1))
-                    - np.dot(np.roll(ring[:, 0], -1), ring[:, 1])
-                )
-            )
-            / 2
-        )
-        ann: dict[str, Any] = {
-            "id": first_id + i,
-            "image_id": rec.image_id,
-            "category_id": schema.category_ids[int(t.labels[i])],
-            "bbox": [x1, y1, x2 - x1, y2 - y1],
-            "area": area
-            if t.polygons is not None or t.rboxes is not None
-            else (x2 - x1) * (y2 - y1),
-            "iscrowd": 0,
-            "segmentation": [[float(v) for v in ring.reshape(-1)]],
-        }
-        if t.difficult[i]:
-            ann["difficult"] = 1
-        if t.keypoints is not None and t.keypoint_vis is not None:
-            kp = np.concatenate([t.keypoints[i], t.keypoint_vis[i, :, None].astype(np.float32)], -1)
-            ann["keypoints"] = [float(v) for v in kp.reshape(-1)]
-            ann["num_keypoints"] = int((t.keypoint_vis[i] > 0).sum())
-        out.append(ann)
-    return out
-
-
-def write_coco(index: DatasetIndex, ann_file: Path, *, images_dir: Path | None = None) -> None:
-    """Write ``index`` as a COCO JSON file (see `coco_document`)."""
-    ann_file.parent.mkdir(parents=True, exist_ok=True)
-    ann_file.write_text(json.dumps(coco_document(index, images_dir=images_dir)))

@@ -28,7 +28,7 @@ from lucid_train.data.classes import (
     restrict_classes,
     unannotated_line,
 )
-from lucid_train.data.coco import coco_document, scored_ground_truth
+from lucid_train.data.coco_documents import coco_document, scored_ground_truth
 from lucid_train.data.dataset import (
     MOSAIC_POOLS,
     WORKER_NICE,
@@ -357,7 +357,7 @@ class LucidDataModule(L.LightningDataModule):
     def coco_ground_truth(self, stage: str = "val") -> dict[str, Any]:
         """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: what the
         reader kept of the dataset's own JSON when it came from one
-        (`lucid_train.data.coco.scored_ground_truth`), else built from the records. Built
+        (`lucid_train.data.coco_documents.scored_ground_truth`), else built from the records. Built
         once per split read: every later call returns the same document, not to be changed."""
         index = self._index(stage)
         cached = self._ground_truth.get(stage)
