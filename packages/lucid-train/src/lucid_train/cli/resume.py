@@ -18,6 +18,7 @@ from jsonargparse import Namespace, get_loader
 from lightning.pytorch.cli import LightningArgumentParser
 
 from lucid_train.errors import LucidError
+from lucid_train.run.last_checkpoint import LAST_NAME
 from lucid_train.run.trainer import run_dir_of_checkpoint
 from lucid_train.tasks.module import SCHEMA_ARGUMENTS
 from lucid_train.weights.checkpoint_file import (
@@ -56,7 +57,7 @@ def latest_last_checkpoint(run_root: Path) -> Path:
     """``--ckpt_path last``: the ``last.ckpt`` of the run under ``run_root``
     (``<root>/<task>/<name>/checkpoints/``) written most recently, as the authors' ``resume``
     takes their latest run's ``last.pt``."""
-    found = sorted(run_root.glob("*/*/checkpoints/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    found = sorted(run_root.glob(f"*/*/checkpoints/{LAST_NAME}"), key=lambda p: p.stat().st_mtime)
     if not found:
         raise CheckpointError(
             f"--ckpt_path last: no run under {run_root} has a checkpoints/last.ckpt; pass the "
