@@ -35,6 +35,30 @@ def compare(ours: dict[str, Any], peer: dict[str, Any]) -> list[str]:
     return out
 
 
+def host_lines(row: dict[str, Any], sides: list[str]) -> list[str]:
+    """The host's side per part (span ms / launching calls a step) and the launching calls by
+    API, for the sides whose profile has one."""
+    sides = [s for s in sides if "host" in row[s]]
+    if not sides:
+        return []
+    host = {s: row[s]["host"] for s in sides}
+    lines = ["| part (host span ms / launches a step) | " + " | ".join(LABEL[s] for s in sides)
+             + " |", "|" + " --- |" * (len(sides) + 1)]  # fmt: skip
+    for part in PART_ORDER:
+        cells = []
+        for s in sides:
+            span, n = host[s]["span_ms"].get(part), host[s]["launches"].get(part)
+            cells.append("-" if span is None and n is None else f"{span or 0:.2f} / {n or 0:g}")
+        if any(c != "-" for c in cells):
+            lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for s in sides:
+        apis = ", ".join(f"`{k}` {v['calls']:g} ({v['host_ms']:.2f} ms)"
+                         for k, v in host[s]["launch_api"].items())  # fmt: skip
+        lines.append(f"- launching calls, {LABEL[s]}: {apis or 'none'}")
+    return lines + [""]
+
+
 def render(doc: dict[str, Any]) -> str:
     settings = doc["settings"]
     lines = [
@@ -79,6 +103,7 @@ def render(doc: dict[str, Any]) -> str:
         lines.append("| optimizer | " + " | ".join(
             f"{row[s].get('optimizer')} ({row[s].get('fused')})" for s in ok) + " |")  # fmt: skip
         lines.append("")
+        lines += host_lines(row, ok)
         if "ours_eager" in ok and "peer" in ok:
             more = compare(row["ours_eager"], row["peer"])
             lines.append("Where our eager step spends more device time than the authors':")

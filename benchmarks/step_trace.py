@@ -21,6 +21,10 @@ PREFIX = "part:"
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # Names of the kernels that only move or re-lay data (layout transposes, dtype casts, copies)
 MOVES = ("copy", "transpose", "permute", "nchwToNhwc", "nhwcToNchw", "Memcpy", "Memset", "cat")
+# The host calls that put work on the device: the runtime's (ATen's kernels, copies, a graph's
+# replay) and the driver's (``cuLaunchKernel*``: Triton's kernels launch through it)
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+LAUNCH_WORDS = ("LaunchKernel", "GraphLaunch", "MemcpyAsync", "MemsetAsync")
 
 
 class Parts:
@@ -84,16 +88,48 @@ def is_move(name: str) -> bool:
     return any(m.lower() in low for m in MOVES)
 
 
+def host_account(
+    events: list[dict[str, Any]], ranges: list[tuple[float, float, str]], steps: int
+) -> dict[str, Any]:
+    """The host's side of ``steps`` profiled steps: each part range's span (ranges nest: the
+    loss's holds the assigner's), the launching calls made inside each part, and every launching
+    call by its API name with its host time (an eager step bound by its host spends it here and
+    in the Python and dispatch around these calls)."""
+    span: dict[str, float] = defaultdict(float)
+    for start, end, name in ranges:
+        span[name] += end - start
+    by_part: dict[str, int] = defaultdict(int)
+    by_api: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("cat") not in LAUNCH_CATS or not any(w in name for w in LAUNCH_WORDS):
+            continue
+        by_part[_innermost(ranges, float(e["ts"])) or "other"] += 1
+        row = by_api[name]
+        row[0] += 1
+        row[1] += float(e["dur"])
+    per = 1.0 / max(steps, 1)
+    return {
+        "span_ms": {k: round(v * per * 1e-3, 3) for k, v in sorted(span.items())},
+        "launches": {k: round(v * per, 1) for k, v in sorted(by_part.items(), key=lambda i: -i[1])},
+        "launch_api": {
+            k: {"calls": round(n * per, 1), "host_ms": round(us * per * 1e-3, 3)}
+            for k, (n, us) in sorted(by_api.items(), key=lambda i: -i[1][0])
+        },
+    }
+
+
 def account(trace: dict[str, Any], steps: int, top: int = 15) -> dict[str, Any]:
     """Device time per step of the ``steps`` profiled steps in ``trace`` (a Chrome trace dict):
     by part (``other``: launched outside every part range), the ``top`` kernels by time, the
-    data-movement kernels, and how many kernels came from CUDA graph replays."""
+    data-movement kernels, how many kernels came from CUDA graph replays, and the host's side
+    (`host_account`)."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
     device = [e for e in events if e.get("cat") in DEVICE_CATS]
     runtime = {
         e["args"]["correlation"]: e
         for e in events
-        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+        if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})
     }
     ranges = [
         (float(e["ts"]), float(e["ts"]) + float(e["dur"]), e["name"][len(PREFIX) :])
@@ -142,4 +178,5 @@ def account(trace: dict[str, Any], steps: int, top: int = 15) -> dict[str, Any]:
         },
         "graph_kernels_per_step": round(graph_kernels / max(steps, 1), 1),
         "moves": {"per_step": round(moves_n / max(steps, 1), 1), "ms": round(moves_us * ms, 3)},
+        "host": host_account(events, ranges, steps),
     }

@@ -149,6 +149,30 @@ def test_kernels_go_to_the_innermost_part_open_at_their_launch() -> None:
     assert tally["ranges_per_step"]["assigner"] == 0.5
 
 
+def test_the_host_side_counts_each_parts_span_and_launches_triton_kernels_included() -> None:
+    trace = {"traceEvents": [
+        _ev("user_annotation", "part:backbone", 0, 100),
+        _ev("user_annotation", "part:loss", 200, 50),
+        _ev("cuda_runtime", "cudaLaunchKernel", 5, 2, 1),
+        _ev("cuda_driver", "cuLaunchKernelEx", 10, 6, 2),  # a Triton kernel's launch
+        _ev("cuda_runtime", "cudaMemcpyAsync", 210, 4, 3),
+        _ev("cuda_runtime", "cudaStreamSynchronize", 220, 30),  # a wait, not a launch
+        _ev("kernel", "conv", 20, 10, 1),
+        _ev("kernel", "triton_bn_silu", 30, 10, 2),
+        _ev("gpu_memcpy", "Memcpy DtoH", 215, 2, 3),
+    ]}  # fmt: skip
+    tally = load_benchmark("step_trace").account(trace, steps=1)
+    assert tally["parts_ms"] == {"backbone": 0.02, "loss": 0.002}  # the driver's launch placed
+    host = tally["host"]
+    assert host["span_ms"] == {"backbone": 0.1, "loss": 0.05}
+    assert host["launches"] == {"backbone": 2, "loss": 1}
+    assert host["launch_api"]["cuLaunchKernelEx"] == {"calls": 1, "host_ms": 0.006}
+    assert "cudaStreamSynchronize" not in host["launch_api"]
+    doc = {"rows": [{"ours_eager": tally, "peer": tally}]}
+    lines = load_benchmark("step_report").host_lines(doc["rows"][0], ["ours_eager", "peer"])
+    assert "| backbone | 0.10 / 2 | 0.10 / 2 |" in lines
+
+
 def test_a_repeated_row_reads_each_sides_median_and_keeps_each_pairs_ratio() -> None:
     rows = load_benchmark("speed_rows")
     peer = [{"img_s": 800.0, "gpu_util": 50.0}, {"img_s": 980.0, "gpu_util": 57.0},
