@@ -19,7 +19,7 @@ for spec in ${ROWS:-detect:s segment:s pose:s obb:s detect:m detect:l detect:x};
   row="$task-$scale-${BATCH:-16}${TAG:-}"
   timeout "$left" python3 benchmarks/peer_speed.py --out "$R/$row" --tasks "$task" \
     --scales "$scale" --batches "${BATCH:-16}" --epochs 3 --sides "$sides" --side-timeout 100 \
-    --lucid-flags "${FLAGS:-}" > "$R/$row.log" 2>&1
+    --lucid-flags="${FLAGS:-}" > "$R/$row.log" 2>&1
   log "$spec rc $?"
   pack
 done
