@@ -56,7 +56,7 @@ def host_lines(row: dict[str, Any], sides: list[str]) -> list[str]:
         apis = ", ".join(f"`{k}` {v['calls']:g} ({v['host_ms']:.2f} ms)"
                          for k, v in host[s]["launch_api"].items())  # fmt: skip
         lines.append(f"- launching calls, {LABEL[s]}: {apis or 'none'}")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def render(doc: dict[str, Any]) -> str:

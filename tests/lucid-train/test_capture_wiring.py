@@ -13,6 +13,7 @@ import torch
 
 from lucid_capture import Reason
 from lucid_train.data import LucidDataModule
+from lucid_train.errors import SettingError
 from lucid_train.run.trainer import build_trainer
 from lucid_train.tasks.module import YOLOModule
 from lucid_train.tasks.task_modules import module_class
@@ -176,9 +177,11 @@ def test_a_capacity_grown_mid_fit_trains_as_each_batch_padded_to_its_own_size(
 def test_unknown_capture_mode_and_empty_capacity_are_refused(
     small_synthetic: Callable[[str], Path],
 ) -> None:
-    with pytest.raises(ValueError, match="capture must be one of"):
+    with pytest.raises(SettingError, match="capture must be one of"):
         _setup(small_synthetic("detect"), "detect", capture="sometimes")
-    with pytest.raises(ValueError, match="loss_capacity must be at least 1"):
+    with pytest.raises(
+        SettingError, match=r"loss_capacity \(--model.loss_capacity\): expected >= 1, got 0"
+    ):
         _setup(small_synthetic("detect"), "detect", loss_capacity=0)
 
 

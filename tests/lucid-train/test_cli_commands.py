@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 
 from lucid_train.cli import main
 from lucid_train.model_spec import parse_model
@@ -113,6 +114,50 @@ def test_predict_on_one_undecodable_file_says_so_in_one_line(
     assert code == 2 and "Traceback" not in err
     assert f"lucid predict: error: --source {broken}: cannot decode image" in err
     assert "verify" not in err and "a folder" in err
+
+
+@pytest.mark.parametrize(
+    ("verb", "flags", "says"),
+    [
+        ("predict", ["--conf", "5"], "conf (--conf): expected >= 0 and <= 1, got 5"),
+        ("predict", ["--img_size", "100"], "multiple of 32"),
+        ("export", ["--img_size", "100"], "multiple of 32"),
+        ("export", ["--max_det", "0"], "max_det and batch_size must be >= 1"),  # was: SIGFPE
+    ],
+)
+def test_a_predict_or_export_setting_out_of_range_is_one_line(
+    verb: str,
+    flags: list[str],
+    says: str,
+    detect_run: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Was: no detections without a word (``--conf 5``), a canvas fit refuses (100 px), and a
+    process killed by a floating-point exception inside torch's exporter (``--max_det 0``)."""
+    if verb == "export":
+        pytest.importorskip("onnx")
+    source = ["--source", str(tmp_path)] if verb == "predict" else []
+    argv = [verb, "--ckpt", str(detect_run / "checkpoints" / "best.ckpt"), *source,
+            "--out", str(tmp_path / "out"), *flags]  # fmt: skip
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # refused by the flag's type while parsing (its usage message)
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and says in err, err
+
+
+def test_predict_on_a_cuda_device_torch_cannot_see_is_one_line(
+    detect_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: the refusal is for machines without one")
+    code = main(["predict", "--ckpt", str(detect_run / "checkpoints" / "best.ckpt"),
+                 "--source", str(tmp_path), "--device", "cuda"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "--device cuda: torch finds no CUDA device here; use --device cpu" in err
 
 
 @pytest.mark.slow

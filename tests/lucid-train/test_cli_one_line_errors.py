@@ -6,6 +6,7 @@ model or holding random bytes, a full disk; a bug still shows its traceback."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import subprocess
 from collections.abc import Callable
@@ -40,6 +41,7 @@ def _one_error_line(err: str, verb: str) -> str:
         ("--data.batch_size", "-1", "PositiveInt"),
         ("--data.img_size", "100", "multiple of 32"),
         ("--data.img_size", "0", "multiple of 32"),
+        ("--data.img_size", "-64", "multiple of 32"),  # was: "expected a whole number"
         ("--data.num_workers", "-1", "NonNegativeInt"),
         ("--trainer.limit_train_batches", "-1", "NonNegativeInt"),
     ],
@@ -54,6 +56,56 @@ def test_an_out_of_range_flag_is_refused_while_parsing(
     err = capsys.readouterr().err
     assert stop.value.code == 2
     assert "Traceback" not in err and flag.lstrip("-") in err and says in err, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--model.nbs", "0"], "nbs (--model.nbs): expected >= 1, got 0"),  # was: ZeroDivision
+        (["--model.optimizer", "AdamW", "--model.momentum", "5"],  # was: torch's "beta"
+         "momentum (--model.momentum): expected >= 0 and < 1, got 5"),
+        (["--model.optimizer", "SGD", "--model.lr0", "-0.01"], "lr0 (--model.lr0): expected > 0"),
+        (["--model.weight_decay", "-1"], "weight_decay (--model.weight_decay): expected >= 0"),
+        (["--model.warmup_epochs", "-1"], "warmup_epochs (--model.warmup_epochs): expected >= 0"),
+        (["--model.max_det", "0"], "max_det (--model.max_det): expected >= 1, got 0"),
+        (["--model.loss_capacity", "0"], "loss_capacity (--model.loss_capacity): expected >= 1"),
+        (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1"),
+        (["--run.name", "../elsewhere"], "--run.name '../elsewhere': expected one folder's name"),
+        (["--model", "yolo26n-seg", "--data.task", "detect"],  # was: the parser's link, quoted
+         "--data.task: a fit trains its model's task"),
+    ],
+)  # fmt: skip
+def test_a_setting_out_of_its_range_ends_the_fit_with_one_line_naming_it(
+    flags: list[str],
+    says: str,
+    small_synthetic: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Refused before a step: was a traceback (torch's, Lightning's, a division by zero), or a
+    fit that ran on with the value (a negative decay or warm-up, no detections scored, a run
+    folder outside --run.root)."""
+    root = small_synthetic("detect")
+    runs = tmp_path / "runs"
+    code = cli.main(["fit", "--data.root", str(root), *FAST, "--run.root", str(runs), *flags])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2 and says in line, line
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_learning_rate_optimizer_auto_sets_aside_is_said_in_the_log(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the authors' ``optimizer=auto`` ignores lr0 and momentum and says so. Was: dropped
+    without a word, and the optimizer's line itself lost to the progress bar's print; now
+    Lightning's log (its console handler prints it, as the data pipeline's line)."""
+    root = small_synthetic("detect")
+    argv = ["fit", "--data.root", str(root), *FAST, "--run.root", str(tmp_path),
+            "--model.lr0", "0.5", "--model.momentum", "0.95"]  # fmt: skip
+    with caplog.at_level(logging.INFO):
+        assert cli.main(argv) == 0
+    said = "chosen by optimizer=auto (--model.lr0 0.5 and --model.momentum 0.95 not used"
+    assert said in caplog.text
 
 
 def test_help_shows_the_ranges_types(capsys: pytest.CaptureFixture[str]) -> None:

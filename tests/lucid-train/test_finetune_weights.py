@@ -315,3 +315,14 @@ def test_the_conversion_command_refuses_an_unreadable_authors_file_in_one_line(
     assert err.startswith(f"lucid weights: error: weights {src}: an Ultralytics checkpoint, but")
     assert "holds no tensors" in err and err.endswith("or YOLO.save)")
     assert "\n" not in err and not dst.exists()
+
+
+def test_the_conversion_command_given_a_folder_asks_for_the_file_inside(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was "no such file" for a folder that exists."""
+    from lucid_train.weights.__main__ import main as convert_main
+
+    assert convert_main([str(tmp_path), str(tmp_path / "out.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"weights {tmp_path}: a folder; pass the authors' .pt file inside it" in err

@@ -121,9 +121,12 @@ def export_onnx(
         The output names, in order.
 
     Raises:
-        ValueError: an opset outside `ONNX_OPSETS`, or a dynamic graph traced at a size with
-            fewer anchors than ``max_det`` (its top-k would be baked at that count).
+        ValueError: an opset outside `ONNX_OPSETS`, ``max_det`` or ``batch_size`` under 1, or
+            a dynamic graph traced at a size with fewer anchors than ``max_det`` (its top-k
+            would be baked at that count).
     """
+    if max_det < 1 or batch_size < 1:  # torch's exporter divides by them: a SIGFPE, no message
+        raise ValueError(f"max_det and batch_size must be >= 1, got {max_det} and {batch_size}")
     if opset not in ONNX_OPSETS:
         lo, hi = ONNX_OPSETS.start, ONNX_OPSETS.stop - 1
         raise ValueError(f"opset {opset} is not one lucid exports; use {lo}..{hi}")

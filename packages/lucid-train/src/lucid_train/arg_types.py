@@ -39,7 +39,9 @@ else:
         """A canvas side in pixels: a multiple of 32, at least 32."""
 
         def __new__(cls, value: object) -> ImageSide:
-            number = int(value) if isinstance(value, str) and value.strip().isdigit() else value
+            number = value
+            if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+                number = int(value)  # "-64" is a whole number, out of range
             return super().__new__(cls, check_image_side(number))  # type: ignore[arg-type]
 
     register_type(ImageSide, serializer=int, deserializer=ImageSide)

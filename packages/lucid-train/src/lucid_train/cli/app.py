@@ -43,6 +43,7 @@ import lightning as L
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
+from lucid_train.arg_types import ImageSide
 from lucid_train.atomic_files import write_text
 from lucid_train.cli.command_errors import report as report_error
 from lucid_train.cli.config_files import check_config_files
@@ -189,6 +190,13 @@ class LucidCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         check_config_files(list(args))  # a broken file is named (`config_files`)
         argv = self._expand(list(args))
+        fit = next((a for a in argv if a in VERBS), "") == "fit"
+        if fit and any(a.split("=")[0] == "--data.task" for a in argv):
+            # the parser's own refusal quotes its link from the model to the task
+            raise LucidError(
+                "--data.task: a fit trains its model's task (yolo26n: detect, yolo26n-seg: "
+                "segment, -pose, -obb); drop --data.task and name the model of the task"
+            )
         # --print_config is answered last, so that a resumed fit prints the config it resumes
         printing = [a for a in argv if a.startswith("--print_config")]
         plain = [a for a in argv if a not in printing]
@@ -365,7 +373,7 @@ class LucidCLI(LightningCLI):
         model: str | None = None,
         out: str | None = None,
         conf: float = 0.25,
-        img_size: int | None = None,
+        img_size: ImageSide | None = None,
         device: str = "cpu",
     ) -> None:
         """Predict images; writes predictions.json and an overlay per image.
@@ -391,7 +399,7 @@ class LucidCLI(LightningCLI):
         ckpt: str,
         model: str | None = None,
         out: str | None = None,
-        img_size: int | None = None,
+        img_size: ImageSide | None = None,
         max_det: int = 300,
         opset: int | None = None,
         dynamic: bool = False,

@@ -1,8 +1,10 @@
 """The ``lucid`` command's one error path: an error the user can fix is one line, exit status 2.
 
 `error_line` decides: a `lucid_train.errors.LucidError` (every reader's, checkpoint's, run
-folder's and writer's error joins that family), a missing file, a full disk anywhere in the
-error's chain, or a folder the user may not write is printed as ``lucid <verb>: error: ...``.
+folder's and writer's error joins that family), Lightning's refusal of a Trainer setting
+(``MisconfigurationException``: no GPU for ``--trainer.accelerator gpu``, a negative
+``--trainer.max_epochs``), a missing file, a full disk anywhere in the error's chain, or a
+folder the user may not write is printed as ``lucid <verb>: error: ...``.
 Anything else is a bug in lucid and keeps its traceback, for the bug report.
 
 An error raised in a DataLoader worker reaches the training process rebuilt by torch, its
@@ -14,6 +16,8 @@ from __future__ import annotations
 import errno
 import sys
 from collections.abc import Iterator
+
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from lucid_train.errors import LucidError
 
@@ -48,6 +52,8 @@ def error_line(err: BaseException) -> str | None:
     for link in _chain(err):
         if isinstance(link, LucidError):
             return _message(link)
+        if isinstance(link, MisconfigurationException):
+            return f"{_message(link)} (Lightning refused a setting; `lucid fit --help` lists them)"
         if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f"writing {link.filename}: " if link.filename else ""
             return (

@@ -23,6 +23,7 @@ from lucid_train.atomic_files import save_image, write_text
 from lucid_train.data.augment.letterbox import LetterboxParams
 from lucid_train.data.augment.warp import warp_image
 from lucid_train.data.image_io import IMAGE_SUFFIXES, CorruptImageError, open_rgb
+from lucid_train.errors import SettingError, check_range
 from lucid_train.report.overlays import draw_overlay
 
 __all__ = ["iter_images", "predict_images"]
@@ -71,6 +72,12 @@ def predict_images(
     Returns:
         The path of ``predictions.json``.
     """
+    check_range("conf", conf, low=0.0, high=1.0, flag="--conf")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise SettingError(
+            f"--device {device}: torch finds no CUDA device here; use --device cpu, or run "
+            "where torch.cuda.is_available() is true"
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     size = int(img_size or module.hparams.get("img_size", 640))

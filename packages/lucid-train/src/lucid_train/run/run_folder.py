@@ -44,6 +44,8 @@ def checked_run_dir(make: Callable[[], Path]) -> Path:
     """
     try:
         folder = make()
+    except RunFolderError:
+        raise  # its own message (a name that is not a folder's)
     except OSError as err:
         raise RunFolderError(
             f"cannot create the run folder {err.filename or ''} ({err.strerror or err}); pick a "

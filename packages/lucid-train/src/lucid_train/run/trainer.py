@@ -38,6 +38,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 
 from lucid_train.atomic_files import save_image
 from lucid_train.data.records import Task
+from lucid_train.errors import RunFolderError
 from lucid_train.report.metrics_log import RunCSVLogger
 from lucid_train.run.checkpoint_io import AtomicCheckpointIO
 from lucid_train.run.collector import FrozenHeap
@@ -64,7 +65,17 @@ LOG_INTERVAL = 10
 
 def new_run_dir(root: str | Path, task: Task, name: str, *, exist_ok: bool = False) -> Path:
     """``root/<task>/<name>``, or ``<name>2``, ``<name>3``, ... when it exists (unless
-    ``exist_ok``). The folder is created."""
+    ``exist_ok``). The folder is created.
+
+    Raises:
+        RunFolderError: ``name`` is not one folder's name (a path would put the run outside
+            ``root``, where ``--ckpt_path last`` does not look).
+    """
+    if not name or name in (".", "..") or any(sep in name for sep in ("/", "\\")):
+        raise RunFolderError(
+            f"--run.name {name!r}: expected one folder's name, no path; runs go to "
+            f"{Path(root) / task}/<name> (pick the place with --run.root)"
+        )
     base = Path(root) / task
     path, n = base / name, 1
     while path.exists() and not exist_ok:

@@ -39,6 +39,7 @@ from lucid_models import Detections, ModelOutput, build_model, topk_decode
 from lucid_train.data.records import DatasetSchema, Task
 from lucid_train.data.transport import Batch
 from lucid_train.distributed import DataParallelStrategy, sum_over_ranks
+from lucid_train.errors import SettingError, check_range
 from lucid_train.losses import DualLoss, LossTerms, PaddedTargets, o2m_weight, pad_targets
 from lucid_train.model_spec import model_name, parse_model
 from lucid_train.report.overlays import detections_to_numpy
@@ -179,10 +180,10 @@ class YOLOModule(SteppingModule):
                 f"model {model!r} is a {spec.task} model; {type(self).__name__} trains {self.task}"
             )
         if capture not in CAPTURE_MODES:
-            raise ValueError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
-        if loss_capacity is not None and loss_capacity < 1:
-            # 0 would pad eager targets to nothing while the recorder fell back to its default.
-            raise ValueError(f"loss_capacity must be at least 1, got {loss_capacity}")
+            raise SettingError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
+        # 0 would pad eager targets to nothing while the recorder fell back to its default
+        check_range("loss_capacity", loss_capacity, low=1, flag="--model.loss_capacity")
+        check_range("max_det", max_det, low=1, flag="--model.max_det")  # 0 scores nothing
         self.save_hyperparameters(ignore=["task", "weights"])
         self.hparams["task"] = self.task
         self.hparams["model"] = model_name(spec.scale, self.task)

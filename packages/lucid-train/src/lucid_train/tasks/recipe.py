@@ -16,6 +16,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from lucid_train.errors import check_range
 from lucid_train.optim import MuSGD, WarmupLinear, WarmupLinearLR, param_groups
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "build_optimizer",
     "build_schedule",
     "choose_optimizer",
+    "unused_by_auto",
 ]
 
 AUTO_MUSGD_ITERATIONS = 10_000
@@ -56,6 +58,20 @@ class OptimizerConfig:
     warmup_bias_lr: float | None = None
     nbs: int = 64
 
+    def __post_init__(self) -> None:
+        # each refused before a step runs, naming its flag (torch would say "beta" or divide by 0)
+        def check(name: str, **bounds: float | bool) -> None:
+            check_range(name, getattr(self, name), flag=f"--model.{name}", **bounds)  # type: ignore[arg-type]
+
+        check("lr0", low=0.0, low_open=True)
+        check("lrf", low=0.0)
+        check("momentum", low=0.0, high=1.0, high_open=True)
+        check("weight_decay", low=0.0)
+        check("warmup_epochs", low=0.0)
+        check("warmup_momentum", low=0.0, high=1.0, high_open=True)
+        check("warmup_bias_lr", low=0.0)
+        check("nbs", low=1.0)
+
 
 @dataclass(frozen=True)
 class OptimizerChoice:
@@ -78,6 +94,17 @@ def choose_optimizer(
     default = 0.001 if config.optimizer == "AdamW" else 0.01
     lr = config.lr0 if config.lr0 is not None else default
     return OptimizerChoice(config.optimizer, lr, config.momentum)
+
+
+def unused_by_auto(config: OptimizerConfig) -> list[str]:
+    """The flags ``optimizer=auto`` sets aside, given away from their defaults: it picks the
+    learning rate and momentum itself, as the authors' ``optimizer=auto`` does."""
+    if config.optimizer != "auto":
+        return []
+    unused = [] if config.lr0 is None else [f"--model.lr0 {config.lr0:g}"]
+    if config.momentum != OptimizerConfig.momentum:
+        unused.append(f"--model.momentum {config.momentum:g}")
+    return unused
 
 
 def build_optimizer(

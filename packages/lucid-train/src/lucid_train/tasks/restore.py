@@ -71,6 +71,8 @@ def convert_weights(src: str | Path, dst: str | Path) -> WeightsReport:
         WeightsError: ``src`` is not an authors' checkpoint lucid can map.
     """
     s = Path(src)
+    if s.is_dir():
+        raise WeightsError(f"weights {s}: a folder; pass the authors' .pt file inside it")
     if not s.is_file():
         raise FileNotFoundError(f"weights {s}: no such file")
     if not is_authors_checkpoint(s):

@@ -18,7 +18,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.plugins.precision import Precision
-from lightning.pytorch.utilities import GradClipAlgorithmType
+from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_info
 from torch import Tensor
 
 from lucid_train.optim import AccumulationPlan, resolve_accumulation
@@ -28,6 +28,7 @@ from lucid_train.tasks.recipe import (
     build_optimizer,
     build_schedule,
     choose_optimizer,
+    unused_by_auto,
 )
 
 __all__ = ["PENDING_GRADIENTS_KEY", "SteppingModule"]
@@ -90,9 +91,12 @@ class SteppingModule(L.LightningModule):
             batch_size=batch_size,
             epochs=epochs,
         )
-        self.print(
+        unused = " and ".join(unused_by_auto(config))
+        note = f" ({unused} not used: name an optimizer to set them)" if unused else ""
+        # logged, not `self.print`: no progress bar is active yet, and the bar's print drops it
+        rank_zero_info(
             f"optimizer: {choice.name}(lr={choice.lr}, momentum={choice.momentum})"
-            f"{' chosen by optimizer=auto' if config.optimizer == 'auto' else ''}; "
+            f"{' chosen by optimizer=auto' if config.optimizer == 'auto' else ''}{note}; "
             f"{_describe_accumulation(self.accumulation, lightning_accumulate, batch_size)}"
         )
         # weight decay scales with the nominal batch before the cap, as the authors' (T45)
