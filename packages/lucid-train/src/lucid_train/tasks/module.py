@@ -181,9 +181,8 @@ class YOLOModule(SteppingModule):
             )
         if capture not in CAPTURE_MODES:
             raise SettingError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
-        # 0 would pad eager targets to nothing while the recorder fell back to its default
-        check_range("loss_capacity", loss_capacity, low=1, flag="--model.loss_capacity")
-        check_range("max_det", max_det, low=1, flag="--model.max_det")  # 0 scores nothing
+        for name, value in (("loss_capacity", loss_capacity), ("max_det", max_det)):  # 0: none
+            check_range(name, value, low=1, flag=f"--model.{name}")
         self.save_hyperparameters(ignore=["task", "weights"])
         self.hparams["task"] = self.task
         self.hparams["model"] = model_name(spec.scale, self.task)
