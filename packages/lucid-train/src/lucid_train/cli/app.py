@@ -42,6 +42,7 @@ from typing import Any
 import lightning as L
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_only
 
 from lucid_train.arg_types import ImageSide
 from lucid_train.atomic_files import write_text
@@ -349,6 +350,8 @@ class LucidCLI(LightningCLI):
         run(**{k: cfg[k] for k in self._subcommand_method_arguments[subcommand]})
 
     def before_fit(self) -> None:
+        if rank_zero_only.rank != 0:  # every process of a multi-device fit runs this command
+            return
         spec = parse_model(self.model.hparams["model"])
         print(f"lucid fit: {spec.name} ({spec.task}) on {self.datamodule.root} -> {self.run_dir}")
 
@@ -364,7 +367,8 @@ class LucidCLI(LightningCLI):
             return
         assert self.run_dir is not None
         wall = time.perf_counter() - start
-        print(done_line(self.trainer.checkpoint_callback, self.run_dir, wall))
+        if self.trainer.is_global_zero:
+            print(done_line(self.trainer.checkpoint_callback, self.run_dir, wall))
 
     def predict(
         self,
