@@ -296,3 +296,15 @@ def test_fit_help_ends_with_the_flags_most_runs_set(capsys: pytest.CaptureFixtur
     for flag in ("--model yolo26s-seg", "--data.root PATH", "--trainer.max_epochs N [epochs]",
                  "--data.img_size N [imgsz]", "--ckpt_path last.ckpt"):  # fmt: skip
         assert flag in flat, flat
+
+
+def test_a_fit_without_validation_is_not_asked_whether_it_logged_its_monitor(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    """``--trainer.limit_val_batches 0`` is a fit without validation: Lightning's best-checkpoint
+    hint ("did you call log()?") was printed there; the done line says the score is n/a."""
+    root = small_synthetic("detect")
+    argv = ["fit", "--data.root", str(root), *FAST, "--run.root", str(tmp_path),
+            "--trainer.limit_val_batches", "0"]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert not [w for w in recwarn if "could not find the monitored key" in str(w.message)]

@@ -276,6 +276,9 @@ def build_trainer(
     warnings.filterwarnings(
         "ignore", message=r"You have overridden `on_before_batch_transfer` in `LightningModule`"
     )
+    # best.ckpt's monitor before any validation ran (validation off, or every n epochs): Lightning
+    # asks "did you call log()?"; once validation has run, a missing key raises instead
+    warnings.filterwarnings("ignore", message=r"`ModelCheckpoint\(monitor=.val/mAP50-95.\)` could")
     cbs: list[Callback] = []
     if run_dir is not None:
         # First of all: last.ckpt is written before any other epoch-start hook changes state.
