@@ -350,7 +350,7 @@ class LucidCLI(LightningCLI):
         run(**{k: cfg[k] for k in self._subcommand_method_arguments[subcommand]})
 
     def before_fit(self) -> None:
-        if rank_zero_only.rank != 0:  # every process of a multi-device fit runs this command
+        if getattr(rank_zero_only, "rank", 0) != 0:  # each process of a multi-device fit runs it
             return
         spec = parse_model(self.model.hparams["model"])
         print(f"lucid fit: {spec.name} ({spec.task}) on {self.datamodule.root} -> {self.run_dir}")
