@@ -311,3 +311,16 @@ def test_a_ram_cache_larger_than_the_free_memory_says_so_and_trains_without_it(
     assert "only 0.0 GiB is available" in out and "training without the cache" in out
     assert dm.cache == "none" and not dm.ram
     assert len(next(iter(dm.train_dataloader()))) == dm.batch_size
+
+
+@pytest.mark.parametrize(
+    ("setting", "says"),
+    [({"batch_size": 0}, "batch_size: expected > 0, got 0"),
+     ({"num_workers": -1}, "num_workers: expected >= 0, got -1")],
+)  # fmt: skip
+def test_a_python_caller_out_of_range_is_refused_naming_the_setting(
+    setting: dict[str, int], says: str
+) -> None:
+    """The parser refuses these on the command line; a Python caller gets the same range."""
+    with pytest.raises(ValueError, match=says):
+        LucidDataModule("detect", **setting)  # type: ignore[arg-type]

@@ -48,6 +48,7 @@ from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch, collate
 from lucid_train.data.yolo_txt import MissingLabels
 from lucid_train.distributed import device_batch_size
+from lucid_train.errors import check_range
 
 
 class LucidDataModule(L.LightningDataModule):
@@ -152,10 +153,8 @@ class LucidDataModule(L.LightningDataModule):
             check_image_side(img_size)
         except ValueError as err:
             raise ValueError(f"img_size: {err}") from None
-        if batch_size <= 0:
-            raise ValueError(f"batch_size: expected > 0, got {batch_size}")
-        if num_workers is not None and num_workers < 0:
-            raise ValueError(f"num_workers: expected >= 0, got {num_workers}")
+        check_range("batch_size", batch_size, low=0, low_open=True)
+        check_range("num_workers", num_workers, low=0)
         if scale_policy and augment is None and not variant:
             raise ValueError("scale_policy: needs the model scale, variant='n' ... 'x'")
         self.task: Task = task
