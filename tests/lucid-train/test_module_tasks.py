@@ -16,13 +16,19 @@ import torch
 from lucid_train.data import LucidDataModule
 from lucid_train.data.transport import Batch
 from lucid_train.losses import o2m_weight
+from lucid_train.optim.ema import EMA_CHECKPOINT_KEY
 from lucid_train.report.run_report import REPORT_FILES
+from lucid_train.run.checkpoint_io import AtomicCheckpointIO
 from lucid_train.run.trainer import build_trainer
 from lucid_train.tasks.module import YOLOModule
 from lucid_train.tasks.restore import load_module
 from lucid_train.tasks.task_modules import module_class
 from lucid_train.tasks.validation import DecodeSettings, Scorers, ValidationScorer
-from lucid_train.weights.checkpoint_file import CheckpointTaskError, read_checkpoint_info
+from lucid_train.weights.checkpoint_file import (
+    CheckpointError,
+    CheckpointTaskError,
+    read_checkpoint_info,
+)
 
 TERMS = {
     "detect": ("box", "cls", "l1"),
@@ -180,6 +186,28 @@ def test_loading_a_checkpoint_for_another_task_is_refused(task_run: Callable[[st
     assert load_module(ckpt).task == "detect"
     with pytest.raises(CheckpointTaskError, match="trained for detect"):
         load_module(ckpt, task="obb", model="yolo26n-obb")
+    with pytest.raises(CheckpointTaskError, match="holds yolo26n, but --model yolo26s was asked"):
+        load_module(ckpt, task="detect", model="yolo26s")  # another scale of the same task
+    assert load_module(ckpt, task="detect", model="yolo26n").task == "detect"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_with_non_finite_weights_is_refused_where_it_would_be_used(
+    task_run: Callable[[str], _Run], tmp_path: Path
+) -> None:
+    """Validate, predict and export (`load_module`) and a resume (the fit's checkpoint reader)
+    refuse it in one line naming the file and the first bad tensor, instead of scoring zeros."""
+    ckpt = torch.load(task_run("detect").out / "checkpoints" / "last.ckpt", weights_only=True)
+    name = next(k for k, v in ckpt["state_dict"].items() if v.is_floating_point())
+    for state in (ckpt["state_dict"], ckpt[EMA_CHECKPOINT_KEY]["shadow"]):
+        state[name] = torch.full_like(state[name], float("nan"))
+    bad = tmp_path / "diverged.ckpt"
+    torch.save(ckpt, bad)
+    refusal = rf"diverged.ckpt: 1 of its \d+ weights tensors .*{name}"
+    with pytest.raises(CheckpointError, match=refusal):
+        load_module(bad)
+    with pytest.raises(CheckpointError, match="use an earlier checkpoint"):
+        AtomicCheckpointIO().load_checkpoint(bad)
 
 
 def _without_instances_of_image(batch: Batch, image: int) -> Batch:

@@ -214,3 +214,67 @@ def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_check
     # BatchNorm statistics did move, as with the per-batch read: assumptions T64)
     changed = [k for k, p in module.named_parameters() if not torch.equal(seen[2][k], p)]
     assert not changed, changed[:5]
+
+
+class _InfiniteGradient(torch.autograd.Function):
+    """Zero forward, infinite backward: a finite loss whose gradients overflow (what a learning
+    rate far too high does after a few steps)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 0
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(grad, float("inf"))
+
+
+class _InfiniteGradientAt(DetectModule):
+    """At one global step the loss stays finite and one weight's gradient is infinite."""
+
+    poison_step = 2
+
+    def compute_loss(self, output: Any, targets: Any, image_size: tuple[int, int]) -> Any:
+        terms = super().compute_loss(output, targets, image_size)
+        if self.global_step == self.poison_step:
+            weight = next(self.parameters())
+            terms.total = terms.total + _InfiniteGradient.apply(weight.sum())
+        return terms
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("lagged", "fused"),
+    [(False, False), (True, False), (True, True)],
+    ids=["host", "staged", "staged-fused"],
+)
+def test_infinite_gradients_from_a_finite_loss_stop_the_fit_before_the_step(
+    small_synthetic: Callable[[str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    lagged: bool,
+    fused: bool,
+) -> None:
+    """Without a GradScaler (32-true, bf16) clipping would turn the infinite gradients into NaN
+    and the step would write NaN weights into the next checkpoint; the guard reads clipping's
+    total norm and stops the fit at that step, its weights untouched."""
+    if fused:
+        monkeypatch.setattr("lucid_train.tasks.recipe._on_cuda", lambda model: True)
+    dm = _tiny_detect_data(small_synthetic)
+    module = _InfiniteGradientAt("yolo26n", num_classes=dm.schema.num_classes, accumulate=1)
+    module.finite_guard.lagged = lagged
+    seen: list[dict[str, torch.Tensor]] = []
+
+    class _Weights(L.Callback):
+        def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
+            seen.append({k: p.detach().clone() for k, p in pl_module.named_parameters()})
+
+    trainer = _two_epoch_trainer(tmp_path, callbacks=[_Weights()])
+    with pytest.raises(NonFiniteLossError, match="non-finite gradients at global step 2") as err:
+        trainer.fit(module, datamodule=dm)
+    assert err.value.terms == ("gradient norm",)
+    assert bool(trainer.optimizers[0].defaults.get("fused")) is fused
+    _saved_only_before(tmp_path, 2)
+    changed = [k for k, p in module.named_parameters() if not torch.equal(seen[2][k], p)]
+    assert not changed, changed[:5]
+    assert all(torch.isfinite(p).all() for p in module.parameters())

@@ -56,7 +56,7 @@ from lucid_train.run.checkpoint_process import (
     map_leaves,
     rebuild,
 )
-from lucid_train.weights.checkpoint_file import load_checkpoint_file
+from lucid_train.weights.checkpoint_file import check_finite_weights, load_checkpoint_file
 
 __all__ = ["QUEUED", "AtomicCheckpointIO", "CheckpointWriteError", "host_snapshot"]
 
@@ -417,6 +417,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         del weights_only
         self.wait()
         ckpt: dict[str, Any] = load_checkpoint_file(Path(path), map_location)
+        check_finite_weights(Path(path), ckpt.get("state_dict") or {})  # a resume goes on from it
         return ckpt
 
     def teardown(self) -> None:

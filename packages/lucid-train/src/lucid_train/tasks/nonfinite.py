@@ -1,4 +1,4 @@
-"""Stopping a run on a non-finite loss, naming the step and the terms that went bad.
+"""Stopping a run on a non-finite loss or gradient, naming the step and the terms that went bad.
 
 On the host (CPU training) `check_finite_loss` reads each batch's loss at once: reading a CPU
 tensor waits for nothing. On a GPU a read every batch would make the host wait for the GPU every
@@ -18,6 +18,11 @@ batch, so `FiniteLossGuard` keeps the contract without one (assumptions.md T64):
   at batch ``n`` raises `NonFiniteLossError` naming batch ``n`` by the end of batch ``n + 2``.
 - **No checkpoint from it.** Saving a checkpoint, ending an epoch and ending the fit read
   everything staged first.
+- **Gradients too, where no GradScaler judges them** (32-true, bf16): a finite loss can still
+  give infinite gradients (a learning rate far too high), which clipping turns into NaN and the
+  step into NaN weights. `observe_gradient_norm` takes the total norm that clipping computes
+  anyway and flags, stages and gates the step as for a loss, aged with its batch. With a
+  GradScaler a non-finite gradient is an overflow the scaler skips, as the authors' trainer does.
 - **Data parallel: every rank stops together** (`configure` with the world size; assumptions.md
   T88). At each stepping batch `agree` sums the ranks' flags (one 4-byte collective, no host
   read on a GPU), so every rank gates the same steps, GradScaler skips on every rank, and the
@@ -42,6 +47,7 @@ from lucid_train.errors import LucidError
 __all__ = ["MAX_LAG", "FiniteLossGuard", "NonFiniteLossError", "check_finite_loss"]
 
 MAX_LAG = 2  # batches a GPU verdict may stay unread before the host waits for it
+GRADIENT_TERMS = ("gradient norm",)  # what a staged gradient verdict holds (no total before it)
 
 
 class NonFiniteLossError(LucidError, FloatingPointError):
@@ -52,18 +58,22 @@ class NonFiniteLossError(LucidError, FloatingPointError):
         terms: the names of the non-finite terms (``total`` when only the sum is bad).
     """
 
-    def __init__(self, step: int, terms: Sequence[str], values: dict[str, float]) -> None:
+    def __init__(
+        self, step: int, terms: Sequence[str], values: dict[str, float], what: str = "loss"
+    ) -> None:
         self.step = step
         self.terms = tuple(terms)
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
         super().__init__(
-            f"non-finite loss at global step {step}: {', '.join(self.terms)} ({shown}); "
+            f"non-finite {what} at global step {step}: {', '.join(self.terms)} ({shown}); "
             "the run stopped before this step touched the weights and no checkpoint was written "
             "from it; lower the learning rate, use 32-true precision, or resume from last.ckpt"
         )
 
     @classmethod
     def _of(cls, step: int, values: Sequence[float], names: Sequence[str]) -> NonFiniteLossError:
+        if tuple(names) == GRADIENT_TERMS:
+            return cls(step, GRADIENT_TERMS, {GRADIENT_TERMS[0]: values[0]}, "gradients")
         labels = ["total", *names]
         bad = [n for n, v in zip(labels, values, strict=True) if not math.isfinite(v)]
         if bad != ["total"]:
@@ -72,6 +82,8 @@ class NonFiniteLossError(LucidError, FloatingPointError):
 
 
 def _raise_if_bad(step: int, values: Sequence[float], names: Sequence[str]) -> None:
+    """Raise `NonFiniteLossError` unless every value is finite (a loss's total then its terms,
+    or a gradient norm alone)."""
     if not all(math.isfinite(v) for v in values):
         raise NonFiniteLossError._of(step, values, names)
 
@@ -98,9 +110,10 @@ def check_finite_loss(step: int, total: Tensor, items: Tensor, names: Sequence[s
 @dataclass
 class _Staged:
     step: int
-    host: Tensor  # pinned (CUDA) or a copy (elsewhere): total, then the items
+    host: Tensor  # pinned (CUDA) or a copy (elsewhere): total, then the items; or a grad norm
     ready: torch.cuda.Event | None  # None: off CUDA
     names: tuple[str, ...]
+    batch: int = 0  # the batch it came from (counted by `observe`): verdicts age by batches
 
 
 class FiniteLossGuard:
@@ -142,19 +155,29 @@ class FiniteLossGuard:
         if not self._is_lagged(total.device) and self._sum is None:
             check_finite_loss(step, total, items, names)
             return
-        both = _stacked(total, items)
-        bad = torch.isfinite(both).all().logical_not()
-        if self.flag is None or self.flag.device != both.device:
-            self.flag = torch.zeros((), dtype=torch.bool, device=both.device)
+        self._stage(step, _stacked(total, items), tuple(names))
+
+    def observe_gradient_norm(self, step: int, norm: Tensor) -> None:
+        """Test a stepping batch's total gradient norm (0-d, after clipping, before the step;
+        only without a GradScaler): at once on the host, staged on a GPU with its batch."""
+        if not self._is_lagged(norm.device) and self._sum is None:
+            _raise_if_bad(step, [float(norm)], GRADIENT_TERMS)
+            return
+        self._stage(step, norm.detach().reshape(1).float(), GRADIENT_TERMS)
+
+    def _stage(self, step: int, values: Tensor, names: tuple[str, ...]) -> None:
+        bad = torch.isfinite(values).all().logical_not()
+        if self.flag is None or self.flag.device != values.device:
+            self.flag = torch.zeros((), dtype=torch.bool, device=values.device)
         self.flag.logical_or_(bad)
-        if both.is_cuda:
-            host = torch.empty(both.shape, dtype=both.dtype, pin_memory=True)
-            host.copy_(both, non_blocking=True)
+        if values.is_cuda:
+            host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            host.copy_(values, non_blocking=True)
             ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
             ready.record()
-            self._staged.append(_Staged(step, host, ready, tuple(names)))
+            self._staged.append(_Staged(step, host, ready, names, self._batches))
         else:
-            self._staged.append(_Staged(step, both.clone(), None, tuple(names)))
+            self._staged.append(_Staged(step, values.clone(), None, names, self._batches))
         self.poll()
 
     def poll(self, *, wait: bool = False) -> None:
@@ -165,7 +188,7 @@ class FiniteLossGuard:
         while self._staged:
             oldest = self._staged[0]
             landed = oldest.ready is not None and oldest.ready.query()  # type: ignore[no-untyped-call]
-            if not (landed or wait or len(self._staged) > MAX_LAG):
+            if not (landed or wait or self._batches - oldest.batch >= MAX_LAG):
                 break
             if oldest.ready is not None:
                 oldest.ready.synchronize()

@@ -28,6 +28,7 @@ from lucid_train.weights import (
 from lucid_train.weights.authors_names import lucid_key
 from lucid_train.weights.authors_pickle import is_authors_checkpoint
 from lucid_train.weights.checkpoint_file import (
+    check_finite_weights,
     check_task,
     load_checkpoint_file,
     read_checkpoint_info,
@@ -57,8 +58,10 @@ def load_module(
     info = read_checkpoint_info(path)
     check_task(info, task, model)
     ckpt = load_checkpoint_file(info.path, map_location)
+    state = ema_state_dict(ckpt) or ckpt["state_dict"]
+    check_finite_weights(info.path, state)
     module = module_class(info.task)(**info.hyper_parameters)
-    module.load_state_dict(ema_state_dict(ckpt) or ckpt["state_dict"])
+    module.load_state_dict(state)
     return module.to(map_location).eval()
 
 

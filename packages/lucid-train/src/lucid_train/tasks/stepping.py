@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.utilities import GradClipAlgorithmType, rank_zero_info
 from torch import Tensor
@@ -150,21 +151,33 @@ class SteppingModule(L.LightningModule):
             if grad is not None:
                 self.finite_guard.gate_gradient(grad)  # the scaler skips the step on device
 
-    def on_before_optimizer_step(self, optimizer: Any) -> None:
-        if _grad_scaler(self.trainer) is not None:
-            return  # gated in on_after_backward
-        if _skips_on_device(optimizer):
-            # a fused step reads ``found_inf`` on the device and leaves everything as it was
-            optimizer.found_inf = self.finite_guard.device_flag()
-        else:
-            self.finite_guard.gate_step()  # on a GPU: one host read per optimizer step
-
     def configure_gradient_clipping(
         self,
         optimizer: Any,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
+        # The last hook before the step (after ``on_before_optimizer_step``): the gradients are
+        # final here, so the non-finite verdict is handed to the step here too.
+        algorithm = GradClipAlgorithmType(gradient_clip_algorithm or "norm")
+        scaler = _grad_scaler(self.trainer)
+        if scaler is None:
+            # No GradScaler judges the gradients: clipping's own total norm (the same call
+            # Lightning makes) tells the guard whether they are finite, before the step.
+            plugin = self.trainer.precision_plugin
+            params = list(plugin.main_params(optimizer))
+            if gradient_clip_val and algorithm is GradClipAlgorithmType.NORM:
+                norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            else:
+                Precision.clip_gradients(plugin, optimizer, gradient_clip_val or 0.0, algorithm)
+                norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+            self.finite_guard.observe_gradient_norm(self.global_step, norm)
+            if _skips_on_device(optimizer):
+                # a fused step reads ``found_inf`` on the device and leaves everything as it was
+                optimizer.found_inf = self.finite_guard.device_flag()
+            else:
+                self.finite_guard.gate_step()  # on a GPU: one host read per optimizer step
+            return
         if not _skips_on_device(optimizer):
             self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
             return
@@ -172,14 +185,9 @@ class SteppingModule(L.LightningModule):
         # that unscales in its own step (fused), so both happen here: unscaling records the
         # non-finite verdict on the device, and the scaler's step hands it to the fused kernel,
         # which skips itself. The clipping is the same call Lightning makes for other optimizers.
-        scaler = _grad_scaler(self.trainer)
-        if scaler is not None:
-            scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer)
         Precision.clip_gradients(
-            self.trainer.precision_plugin,
-            optimizer,
-            gradient_clip_val or 0.0,
-            GradClipAlgorithmType(gradient_clip_algorithm or "norm"),
+            self.trainer.precision_plugin, optimizer, gradient_clip_val or 0.0, algorithm
         )
 
     def on_train_start(self) -> None:

@@ -8,12 +8,15 @@ Every read goes through `load_checkpoint_file`: ``torch.load(weights_only=True)`
 only tensors and plain values (dicts, lists, tuples, strings, numbers), the whole content of a
 lucid checkpoint, hyper-parameters included (assumptions.md T67). A file that asks the unpickler
 for anything else (a function to call, a class to build) is refused before any of it runs; a
-truncated or corrupt file is named, with the last good checkpoint beside it.
+truncated or corrupt file is named, with the last good checkpoint beside it. A checkpoint
+whose weights hold NaN or infinite values (a run that diverged before lucid checked its
+gradients) is refused where it would be used, not scored as zero.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ __all__ = [
     "CheckpointTaskError",
     "CorruptCheckpointError",
     "NotALucidCheckpointError",
+    "check_finite_weights",
     "load_checkpoint_file",
     "missing_file",
     "read_checkpoint_info",
@@ -204,17 +208,50 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
 
 
 def check_task(info: CheckpointInfo, requested: Task | None, requested_model: str | None) -> None:
-    """Refuse a checkpoint whose task is not the requested one, naming the file, its task and the
-    fix.
+    """Refuse a checkpoint whose task is not the requested one, or whose model is not the
+    requested model name (scale and task), naming the file, its model and the fix.
 
     Raises:
-        CheckpointTaskError: the tasks differ.
+        CheckpointTaskError: the tasks or the models differ.
     """
-    if requested is None or requested == info.task:
-        return
-    raise CheckpointTaskError(
-        f"checkpoint {info.path} was trained for {info.task} (model {info.model}), but "
-        f"{requested_model or requested} is a {requested} model; drop --model to use the "
-        f"checkpoint's own ({info.model}), or pass a {requested} checkpoint "
-        f"(a model name ending in {SUFFIXES[requested] or 'no suffix'!r})"
-    )
+    if requested is not None and requested != info.task:
+        ending = SUFFIXES[requested]
+        suffix = f"a model name ending in {ending!r}" if ending else "a model name without a suffix"
+        raise CheckpointTaskError(
+            f"checkpoint {info.path} was trained for {info.task} (model {info.model}), but "
+            f"{requested_model or requested} is a {requested} model; drop --model to use the "
+            f"checkpoint's own ({info.model}), or pass a {requested} checkpoint ({suffix})"
+        )
+    if requested_model is not None and _model_name(requested_model) != _model_name(info.model):
+        raise CheckpointTaskError(
+            f"checkpoint {info.path} holds {info.model}, but --model {requested_model} was "
+            f"asked; drop --model to use the checkpoint's own, or pass a {requested_model} "
+            "checkpoint"
+        )
+
+
+def _model_name(name: str) -> str:
+    try:
+        return parse_model(name).name
+    except ValueError:  # not a model name: compared as written
+        return name
+
+
+def check_finite_weights(path: Path, state: Mapping[str, Any], what: str = "weights") -> None:
+    """Refuse ``state`` (a checkpoint's tensors by name) if any floating tensor holds NaN or
+    infinity, naming the file, how many and the first, and what to use instead.
+
+    Raises:
+        CheckpointError: a non-finite tensor.
+    """
+    bad = [
+        name
+        for name, t in state.items()
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(t.isfinite().all())
+    ]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {path}: {len(bad)} of its {len(state)} {what} tensors hold NaN or "
+            f"infinite values (first: {bad[0]}): the run had diverged when it was written; use "
+            "an earlier checkpoint (best.ckpt) and lower the learning rate"
+        )
