@@ -93,6 +93,78 @@ def test_an_unreadable_image_is_counted_once_not_again_as_its_labels_orphan(
     assert len(index.records) == 1
 
 
+_ONE_CAT = "path: .\ntrain: images/train\nnames: [cat]\n"
+
+
+def test_an_image_listed_twice_is_read_once_and_counted(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: a folder named twice (or a repeated line of a list) trained every image twice."""
+    _yolo(
+        tmp_path,
+        "path: .\ntrain: [images/train, images/train]\nnames: [cat]\n",
+        "0 .5 .5 .2 .2\n",
+        write_image,
+    )
+    index = read_split(tmp_path, "train", task="detect")
+    assert len(index.records) == 1
+    assert index.report.counts == {"image listed twice (read once)": 1}
+
+
+def test_two_images_sharing_one_label_file_are_counted_and_one_is_read(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: ``a.png`` and ``a.jpg`` both trained on ``labels/train/a.txt``, without a word."""
+    _yolo(tmp_path, _ONE_CAT, "0 .5 .5 .2 .2\n", write_image)
+    write_image(tmp_path / "images" / "train" / "a.jpg", 32, 24)
+    index = read_split(tmp_path, "train", task="detect")
+    assert [r.path.name for r in index.records] == ["a.jpg"]
+    reason = "image sharing its label file with another image (skipped)"
+    assert index.report.counts == {reason: 1}
+    assert "a.png" in index.report.examples[reason][0]
+
+
+def test_a_folder_linked_into_the_split_is_read(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: images under a symbolic link to a folder were left out, and their labels counted as
+    label files without an image; a link back up is walked once."""
+    root = _yolo(tmp_path / "set", _ONE_CAT, "0 .5 .5 .2 .2\n", write_image)
+    write_image(tmp_path / "more" / "b.png", 32, 24)
+    (root / "images" / "train" / "more").symlink_to(tmp_path / "more", target_is_directory=True)
+    (root / "images" / "train" / "up").symlink_to(root / "images", target_is_directory=True)
+    (root / "labels" / "train" / "more").mkdir()
+    (root / "labels" / "train" / "more" / "b.txt").write_text("0 .5 .5 .2 .2\n")
+    index = read_split(root, "train", task="detect")
+    assert sorted(r.path.name for r in index.records) == ["a.png", "b.png"]
+    assert index.report.counts == {}
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("train: nowhere/images", r"'train: nowhere/images' does not exist: looked for .*nowhere"),
+        ("train: images\\train", r"Windows way: .*forward slashes"),
+    ],
+    ids=["missing-folder", "backslashes"],
+)
+def test_a_split_path_that_names_nothing_says_so_and_how_it_was_read(
+    tmp_path: Path, write_image: Callable[..., Path], entry: str, message: str
+) -> None:
+    _yolo(tmp_path, f"path: .\n{entry}\nnames: [cat]\n", "", write_image)
+    with pytest.raises(DataFormatError, match=message):
+        read_split(tmp_path, "train", task="detect")
+
+
+def test_a_windows_path_in_an_image_list_names_the_list_and_line(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    _yolo(tmp_path, "path: .\ntrain: train.txt\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
+    (tmp_path / "train.txt").write_text("images/train/a.png\nC:\\data\\images\\b.png\n")
+    with pytest.raises(DataFormatError, match=r"train\.txt:2: .*Windows way"):
+        read_split(tmp_path, "train", task="detect")
+
+
 def _coco(root: Path, anns: list[dict[str, object]], write_image: Callable[..., Path]) -> Path:
     for split in ("train", "val"):
         write_image(root / "images" / split / "a.png", 32, 24)

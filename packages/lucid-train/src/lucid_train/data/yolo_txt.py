@@ -18,7 +18,10 @@ them; further out they are refused, naming the file and line. Boxes are clipped 
 An empty label file is a background image; a *missing* label file is an error by default
 (``missing_labels`` chooses ``skip`` or ``background`` instead, both counted in the load
 report). A box without area (zero width or height) is skipped and counted, as the COCO reader
-does; so is a label file under ``labels/`` that no image of the split has.
+does; so is a label file under ``labels/`` that no image of the split has. An image listed
+twice (a folder named twice, a repeated line) is read once, and an image whose label file another
+image of the split already took (``a.jpg`` beside ``a.png``) is skipped; both counted. Folders
+are walked through symbolic links to folders.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -134,6 +138,34 @@ def _schema(cfg: dict[str, Any], task: Task, where: Path) -> tuple[DatasetSchema
     return DatasetSchema(task, class_names, ids, kpt_names, flip_index), dims
 
 
+_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]|\\")  # C:\ or C:/, or any backslash
+
+
+def _windows_path_hint(written: str) -> str:
+    """Advice for a path written the Windows way ('' for any other)."""
+    if not _WINDOWS_PATH.search(written):
+        return ""
+    return (
+        "; it is written the Windows way: write it relative to the dataset folder, with "
+        "forward slashes (images/train/a.jpg)"
+    )
+
+
+def _images_under(folder: Path) -> list[Path]:
+    """The image files under ``folder``, sorted, through symbolic links to folders (each real
+    folder walked once, so a link back up does not loop)."""
+    found: list[Path] = []
+    seen: set[str] = set()
+    for top, dirs, files in os.walk(folder, followlinks=True):
+        real = os.path.realpath(top)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        found += [Path(top) / f for f in files if Path(f).suffix.lower() in IMAGE_SUFFIXES]
+    return sorted(found)
+
+
 def _split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]:
     if entry is None:
         raise DataFormatError(f"{where}: no '{split}' entry; add '{split}: images/{split}'")
@@ -155,12 +187,19 @@ def _split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]
             )
             p = root / e[3:]
         if p.is_dir():
-            images += sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
+            images += _images_under(p)
         elif p.suffix == ".txt" and p.is_file():
-            for line in read_text(p).splitlines():
+            for number, line in enumerate(read_text(p).splitlines(), 1):
                 if line.strip() and "\0" not in line:
+                    if hint := _windows_path_hint(line.strip()):
+                        raise DataFormatError(f"{p}:{number}: {line.strip()!r:.80}{hint}")
                     q = Path(line.strip())
                     images.append(q if q.is_absolute() else root / q)
+        elif not p.exists():
+            raise DataFormatError(
+                f"{where}: '{split}: {e}' does not exist: looked for {p} (relative paths are "
+                f"read under 'path', here {root}){_windows_path_hint(e)}"
+            )
         else:
             raise DataFormatError(
                 f"{where}: '{split}' path {p} is neither a folder nor a .txt image list"
@@ -199,9 +238,21 @@ def read_yolo(
     )
     report = LoadReport(f"{data_yaml} [{split}]")
     records: list[ImageRecord] = []
-    listed: set[Path] = set()  # label paths of every image listed, read or skipped
+    listed: dict[Path, Path] = {}  # label path -> the image that took it, read or skipped
+    read: set[str] = set()  # real paths of the images listed so far
     for image in _split_images(root, cfg.get(split), data_yaml, split):
-        listed.add(label_path(image))
+        real = os.path.realpath(image)
+        if real in read:
+            report.skip("image listed twice (read once)", str(image))
+            continue
+        read.add(real)
+        first = listed.setdefault(label_path(image), image)
+        if first != image:
+            report.skip(
+                "image sharing its label file with another image (skipped)",
+                f"{image} (the label file is {first}'s)",
+            )
+            continue
         size = check_image(image, "header" if verify == "none" else verify)
         if isinstance(size, str):
             report.skip(size, str(image))
@@ -235,7 +286,9 @@ def read_yolo(
     return DatasetIndex(schema, records, report)
 
 
-def _count_orphan_labels(entry: Any, root: Path, listed: set[Path], report: LoadReport) -> None:
+def _count_orphan_labels(
+    entry: Any, root: Path, listed: Mapping[Path, Path], report: LoadReport
+) -> None:
     """Count the label files of the split's image folders that belong to no image listed (an
     image skipped as unreadable is counted once, as itself, not again through its label)."""
     for e in entry if isinstance(entry, list) else [entry]:
