@@ -66,6 +66,24 @@ VERBS = {
 
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
+def test_a_plain_pickle_is_refused_unread_as_such(
+    verb: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: torch's warning about the pickle protocol, then "truncated or corrupt"."""
+    import pickle
+
+    marker = tmp_path / "ran"
+    ckpt = tmp_path / "shared.pt"
+    ckpt.write_bytes(pickle.dumps({"payload": _Planted(marker)}, protocol=4))
+    argv = [a.format(ckpt=ckpt, tmp=tmp_path) for a in VERBS[verb]]
+    assert main(argv) == 2
+    assert not marker.exists(), "code from the checkpoint ran"
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{ckpt} is a plain pickle" in err and "refused unread" in err
+
+
+@pytest.mark.parametrize("verb", sorted(VERBS))
 def test_a_checkpoint_that_would_run_code_is_refused_before_any_of_it_runs(
     verb: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

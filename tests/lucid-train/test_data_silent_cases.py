@@ -43,6 +43,23 @@ REFUSED = [
         r"data\.yaml:3: key 0 appears twice",
         id="duplicate-key-inside-an-inline-mapping",
     ),
+    # Was: "needs at least 3 x y points ...; remove the line": the set is boxes, not polygons.
+    pytest.param(
+        "path: .\ntrain: images/train\nnames: [cat]\n",
+        "0 0.5 0.5 0.2 0.2\n",
+        "segment",
+        r"a\.txt:1: .*at least 3 x y points, got 4 coordinate values: a box line "
+        r"\(class cx cy w h\) if the set holds boxes, then train a detect model",
+        id="box-line-for-a-segment-model-says-to-train-detect",
+    ),
+    # Was: "expected 5 values for task 'detect', got 26", without a way out.
+    pytest.param(
+        "path: .\ntrain: images/train\nnames: [cat]\n",
+        "0 0.5 0.5 0.2 0.2" + " 0.5 0.5 2" * 7 + "\n",
+        "detect",
+        r"a\.txt:1: expected 5 values for task 'detect', got 26; .*kpt_shape: \[K, D\]",
+        id="pose-line-for-a-detect-model-names-kpt-shape",
+    ),
     # Was: seven values (3.5 points) were called 'fewer than 3 points'.
     pytest.param(
         "path: .\ntrain: images/train\nnames: [cat]\n",

@@ -48,6 +48,14 @@ def test_a_missing_source_is_named(tmp_path: Path) -> None:
         list(iter_images(tmp_path))
 
 
+def test_a_video_source_is_told_to_become_frames(tmp_path: Path) -> None:
+    """Was: "cannot decode image ...; re-encode it"."""
+    clip = tmp_path / "clip.MP4"
+    clip.write_bytes(b"\x00\x00\x00\x18ftypmp42")
+    with pytest.raises(CorruptImageError, match=r"clip\.MP4: a video; .*ffmpeg"):
+        list(iter_images(clip))
+
+
 def test_a_folder_with_a_bad_file_predicts_the_rest_and_counts_it(
     small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

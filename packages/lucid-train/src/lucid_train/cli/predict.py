@@ -29,6 +29,9 @@ from lucid_train.report.overlays import draw_overlay
 __all__ = ["iter_images", "predict_images"]
 
 
+VIDEO_SUFFIXES = frozenset({".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg"})
+
+
 def iter_images(source: str | Path) -> Iterator[Path]:
     """The image ``source``, or the images of the folder ``source`` (sorted, recursive).
 
@@ -36,6 +39,11 @@ def iter_images(source: str | Path) -> Iterator[Path]:
         FileNotFoundError: nothing there, or a folder without images (names the path).
     """
     p = Path(source)
+    if p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES:
+        raise CorruptImageError(
+            f"--source {p}: a video; lucid predict reads images: extract its frames first "
+            f"(ffmpeg -i {p.name} frames/%06d.jpg) and pass the folder"
+        )
     if p.is_file():
         yield p
         return

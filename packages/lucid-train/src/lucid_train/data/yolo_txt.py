@@ -349,6 +349,13 @@ def parse_label_text(
                     f"{at}: a segment line needs a class then x y pairs, got an odd count of "
                     f"{coords.size} coordinate values; a value is missing or extra"
                 )
+            if coords.size == 4:  # class cx cy w h, or two points: say both
+                raise DataFormatError(
+                    f"{at}: a segment line needs a class and at least 3 x y points, got 4 "
+                    "coordinate values: a box line (class cx cy w h) if the set holds boxes, "
+                    "then train a detect model (--model without -seg); else remove the line or "
+                    "complete the polygon"
+                )
             if coords.size < 6:
                 raise DataFormatError(
                     f"{at}: a segment line needs a class and at least 3 x y points, got "
@@ -356,8 +363,14 @@ def parse_label_text(
                 )
         elif coords.size + 1 != int(expected or 0):
             what = f" (kpt_shape [{k}, {dims}])" if task == "pose" else ""
+            fix = ""
+            if task == "detect" and len(values) > 5:  # no polygon (that is read as its box)
+                fix = (
+                    "; for a pose set, name its keypoints in data.yaml (kpt_shape: [K, D]) so "
+                    "each line is read as its box, or train a -pose model"
+                )
             raise DataFormatError(
-                f"{at}: expected {expected} values for task {task!r}{what}, got {len(values)}"
+                f"{at}: expected {expected} values for task {task!r}{what}, got {len(values)}{fix}"
             )
         check = coords
         slack_noted = False  # a line counted for its slack is not counted again for its box

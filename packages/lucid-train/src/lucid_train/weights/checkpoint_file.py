@@ -110,8 +110,20 @@ def missing_file(kind: str, path: Path) -> LucidError | FileNotFoundError:
 _OTHER_SUFFIXES = (".yaml", ".yml", ".json", ".txt", ".csv", ".md", ".jpg", ".jpeg", ".png")
 
 
+# torch.save's two formats: a zip archive, or (before torch 1.6) a pickle led by its magic number
+_ZIP_MAGIC = b"PK\x03\x04"
+_LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+
+
 def _torch_load(path: Path, map_location: Any) -> Any:
     return torch.load(path, map_location=map_location, weights_only=True)
+
+
+def _is_plain_pickle(path: Path) -> bool:
+    """A pickle that torch.save did not write (no zip, no torch magic number)."""
+    with path.open("rb") as f:
+        head = f.read(len(_LEGACY_TORCH_MAGIC))
+    return head[:1] == b"\x80" and not head.startswith((_ZIP_MAGIC, _LEGACY_TORCH_MAGIC))
 
 
 def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> Any:
@@ -128,6 +140,14 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> Any:
     p = Path(path)
     if not p.is_file():
         raise missing_file("checkpoint", p)
+    if _is_plain_pickle(p):
+        finding = (
+            "is a plain pickle, not a file torch.save wrote: refused unread (it could run code)"
+        )
+        raise CorruptCheckpointError(
+            f"checkpoint {p} {finding}; pass the last.ckpt or best.ckpt that `lucid fit` wrote",
+            finding,
+        )
     try:
         return _torch_load(p, map_location)
     except Exception as err:
