@@ -9,6 +9,7 @@ import errno
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,38 @@ def test_a_fit_without_validation_is_not_asked_whether_it_logged_its_monitor(
             "--trainer.limit_val_batches", "0"]  # fmt: skip
     assert cli.main(argv) == 0
     assert not [w for w in recwarn if "could not find the monitored key" in str(w.message)]
+
+
+def test_a_run_folder_held_by_another_fit_is_refused_and_freed_when_it_dies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: resuming a run still training started a second fit into the same folder, both
+    writing its checkpoints and metrics.csv. A killed holder leaves no lock behind."""
+    from lucid_train.run.run_folder import held_run_folder, release_run_folders
+
+    run = tmp_path / "runs" / "detect" / "train"
+    (run / "checkpoints").mkdir(parents=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; "
+            "from lucid_train.run.run_folder import held_run_folder; "
+            f"held_run_folder(Path({str(run)!r})); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        ckpt = run / "checkpoints" / "last.ckpt"
+        torch.save({"epoch": 1, "hyper_parameters": {"task": "detect", "model": "yolo26n"}}, ckpt)
+        (run / "config.yaml").write_text("model:\n  model: yolo26n\n")
+        assert cli.main(["fit", "--ckpt_path", str(ckpt)]) == 2
+        line = capsys.readouterr().err.strip()
+        assert f"run folder {run} is in use by another lucid fit (pid {holder.pid}" in line
+    finally:
+        holder.kill()
+        holder.wait()
+    assert held_run_folder(run) == run  # the dead holder's lock went with it
+    release_run_folders()

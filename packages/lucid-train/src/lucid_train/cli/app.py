@@ -21,10 +21,9 @@ What lucid adds to LightningCLI (assumptions.md T60, T70-T74):
   `SCHEMA_ARGUMENTS`, so a fit builds its module and data module itself (`instantiate_classes`).
 - ``--trainer.precision auto`` (16-mixed on CUDA) and ``--trainer.accumulate_grad_batches auto``
   (the module's accumulation to the nominal batch; the Trainer's own stays 1).
-- A fit writes ``runs/<task>/<name>/`` (`lucid_train.run.trainer`) with the run's own callbacks and
-  loggers; the ones given by class path are added to them. The config that produced the run is
-  ``config.yaml`` there; ``--ckpt_path`` resumes with it, and a flag that contradicts it is
-  refused in one line.
+- A fit writes and holds ``runs/<task>/<name>/`` (`lucid_train.run`) with the run's own callbacks
+  and loggers, plus those given by class path. Its config is ``config.yaml`` there; ``--ckpt_path``
+  resumes with it, and a flag that contradicts it is refused in one line.
 - validate, test, predict and export rebuild the module from ``--ckpt`` (its EMA weights).
 
 Defaults make the main job (``lucid fit``) finish on a 2-core CPU within ten minutes (README).
@@ -68,7 +67,7 @@ from lucid_train.data.classes import model_classes
 from lucid_train.distributed import fit_strategy, shared_run_dir
 from lucid_train.errors import LucidError
 from lucid_train.model_spec import parse_model
-from lucid_train.run.run_folder import checked_run_dir, writable_folder
+from lucid_train.run.run_folder import checked_run_dir, held_run_folder, release_run_folders
 from lucid_train.run.trainer import build_loggers, build_trainer, new_run_dir
 from lucid_train.tasks.module import YOLOModule, schema_arguments
 from lucid_train.tasks.restore import load_module
@@ -83,10 +82,9 @@ __all__ = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status. Errors the user can fix (a checkpoint of
-    another task, not ours, unsafe or damaged, an unknown layout, a split with no usable image, a
-    missing file, a flag that contradicts the run being resumed) print one line, not a
-    traceback, and exit with status 2; so do malformed flags (jsonargparse's usage message)."""
+    """Run the command; returns the exit status. Errors the user can fix (a checkpoint of another
+    task, not ours, unsafe or damaged, an unknown layout, a split with no usable image, a missing
+    file, a flag against the run resumed, malformed flags) print one line and exit with 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in args if a in VERBS), "")
     try:
@@ -96,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code is None:
             raise  # a bug: its traceback is the report
         return code
+    finally:
+        release_run_folders()  # a fit holds its run folder until its command ends
     return cli.exit_code
 
 
@@ -275,11 +275,11 @@ class LucidCLI(LightningCLI):
                 **model_args, **schema_arguments(self.datamodule.schema)
             )
             if self.resume is not None:
-                self.run_dir = writable_folder(self.resume.run_dir)
+                self.run_dir = held_run_folder(self.resume.run_dir)
             else:  # one folder for every rank of a data-parallel fit (T85)
                 root, name = cfg.run.root, cfg.run.name
                 make = lambda: checked_run_dir(lambda: new_run_dir(root, task, name))  # noqa: E731
-                self.run_dir = shared_run_dir(make)  # created and checked writable
+                self.run_dir = held_run_folder(shared_run_dir(make))  # created, checked, held
         elif verb in TRAINER_VERBS:
             self.model = load_module(cfg.ckpt, task=task_of(cfg.model), model=cfg.model)
             data = _kwargs(cfg.data)

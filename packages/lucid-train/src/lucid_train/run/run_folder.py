@@ -4,6 +4,12 @@ A fit writes its config, logs, plots and checkpoints into ``runs/<task>/<name>/`
 file system or a folder the user may not write would otherwise stop the fit at its first write
 (``mkdir``'s traceback, or a checkpoint lost at the end of an epoch); here it is refused in one
 line before any data is read for training.
+
+A fit also holds its folder (`held_run_folder`) until its command ends: a second fit into it, a
+resume of a run still training, is refused naming the process that holds it, where both used to
+write the same checkpoints and `metrics.csv`. The hold is the operating system's lock on
+``.lucid-run.lock`` (``flock``), so a killed fit leaves none behind; where there is no ``flock``
+(Windows) nothing is held.
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from pathlib import Path
 
 from lucid_train.errors import RunFolderError
 
-__all__ = ["checked_run_dir", "writable_folder"]
+__all__ = ["checked_run_dir", "held_run_folder", "release_run_folders", "writable_folder"]
+
+LOCK_NAME = ".lucid-run.lock"
+_held: dict[str, int] = {}  # real path of a held folder -> its lock file's descriptor
 
 
 def writable_folder(folder: Path) -> Path:
@@ -52,3 +61,43 @@ def checked_run_dir(make: Callable[[], Path]) -> Path:
             "folder you can write with --run.root"
         ) from None
     return writable_folder(folder)
+
+
+def held_run_folder(folder: Path) -> Path:
+    """``folder``, checked writable (`writable_folder`) and held by this process until
+    `release_run_folders`. Ranks after the first of a data-parallel fit (``LOCAL_RANK`` or
+    ``NODE_RANK`` set and not 0) share their first rank's hold.
+
+    Raises:
+        RunFolderError: it cannot be written, or another process holds it (its pid named).
+    """
+    writable_folder(folder)
+    if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
+        return folder
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock, nothing held
+        return folder
+    real = os.path.realpath(folder)
+    if real in _held:
+        return folder
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise RunFolderError(
+            f"run folder {folder} is in use by another lucid fit (pid {holder}, its "
+            f"{LOCK_NAME}); let it finish or stop it, then resume with --ckpt_path"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[real] = fd
+    return folder
+
+
+def release_run_folders() -> None:
+    """End this process's holds (`held_run_folder`); the lock files stay, unlocked."""
+    while _held:
+        os.close(_held.popitem()[1])  # closing the descriptor drops its flock
