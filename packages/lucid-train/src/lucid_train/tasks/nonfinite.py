@@ -64,10 +64,11 @@ class NonFiniteLossError(LucidError, FloatingPointError):
         self.step = step
         self.terms = tuple(terms)
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        precision = "" if what == "gradients" else ", use 32-true precision"  # none judged them
         super().__init__(
             f"non-finite {what} at global step {step}: {', '.join(self.terms)} ({shown}); "
             "the run stopped before this step touched the weights and no checkpoint was written "
-            "from it; lower the learning rate, use 32-true precision, or resume from last.ckpt"
+            f"from it; lower the learning rate{precision}, or resume from last.ckpt"
         )
 
     @classmethod
