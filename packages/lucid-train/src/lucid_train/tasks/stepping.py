@@ -166,12 +166,15 @@ class SteppingModule(L.LightningModule):
             # Lightning makes) tells the guard whether they are finite, before the step.
             plugin = self.trainer.precision_plugin
             params = list(plugin.main_params(optimizer))
+            norm: Tensor | None
             if gradient_clip_val and algorithm is GradClipAlgorithmType.NORM:
                 norm = torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
             else:
                 Precision.clip_gradients(plugin, optimizer, gradient_clip_val or 0.0, algorithm)
-                norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-            self.finite_guard.observe_gradient_norm(self.global_step, norm)
+                grads = [p.grad for p in params if p.grad is not None]
+                norm = torch.nn.utils.get_total_norm(grads) if grads else None
+            if norm is not None:
+                self.finite_guard.observe_gradient_norm(self.global_step, norm)
             if _skips_on_device(optimizer):
                 # a fused step reads ``found_inf`` on the device and leaves everything as it was
                 optimizer.found_inf = self.finite_guard.device_flag()
