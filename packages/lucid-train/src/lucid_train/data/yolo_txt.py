@@ -26,10 +26,8 @@ are walked through symbolic links to folders.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
-import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from lucid_train.data.data_yaml import dump_data_yaml, read_data_yaml
-from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, check_image
+from lucid_train.data.image_io import Verify, check_image
 from lucid_train.data.input_checks import read_text
 from lucid_train.data.records import (
     CLIP_NOTED_PX,
@@ -52,21 +50,9 @@ from lucid_train.data.records import (
 )
 from lucid_train.data.rotated import fit_rboxes, rbox_corners, rbox_envelopes
 from lucid_train.data.targets import Targets
+from lucid_train.data.yolo_files import count_orphan_labels, label_path, split_images
 
 MissingLabels = Literal["error", "skip", "background"]
-_log = logging.getLogger("lucid_train.data")
-
-
-def label_path(image: Path) -> Path:
-    """The label file of ``image``: the last ``images`` folder in its path becomes ``labels``."""
-    parts = list(image.parts)
-    for i in range(len(parts) - 2, -1, -1):
-        if parts[i] == "images":
-            parts[i] = "labels"
-            return Path(*parts).with_suffix(".txt")
-    raise DataFormatError(
-        f"{image}: a YOLO image must sit under an 'images' folder (labels go under 'labels')"
-    )
 
 
 # More keypoints than any skeleton has: a larger kpt_shape is a typo, not a dataset.
@@ -138,75 +124,6 @@ def _schema(cfg: dict[str, Any], task: Task, where: Path) -> tuple[DatasetSchema
     return DatasetSchema(task, class_names, ids, kpt_names, flip_index), dims
 
 
-_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]|\\")  # C:\ or C:/, or any backslash
-
-
-def _windows_path_hint(written: str) -> str:
-    """Advice for a path written the Windows way ('' for any other)."""
-    if not _WINDOWS_PATH.search(written):
-        return ""
-    return (
-        "; it is written the Windows way: write it relative to the dataset folder, with "
-        "forward slashes (images/train/a.jpg)"
-    )
-
-
-def _images_under(folder: Path) -> list[Path]:
-    """The image files under ``folder``, sorted, through symbolic links to folders (each real
-    folder walked once, so a link back up does not loop)."""
-    found: list[Path] = []
-    seen: set[str] = set()
-    for top, dirs, files in os.walk(folder, followlinks=True):
-        real = os.path.realpath(top)
-        if real in seen:
-            dirs[:] = []
-            continue
-        seen.add(real)
-        found += [Path(top) / f for f in files if Path(f).suffix.lower() in IMAGE_SUFFIXES]
-    return sorted(found)
-
-
-def _split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]:
-    if entry is None:
-        raise DataFormatError(f"{where}: no '{split}' entry; add '{split}: images/{split}'")
-    entries = entry if isinstance(entry, list) else [entry]
-    images: list[Path] = []
-    for e in entries:
-        if not isinstance(e, str) or not e.strip() or "\0" in e:
-            raise DataFormatError(
-                f"{where}: '{split}' must name a folder or a .txt image list, got {e!r:.40}"
-            )
-        p = Path(e)
-        p = p if p.is_absolute() else root / p
-        if not p.exists() and e.startswith("../") and (root / e[3:]).exists():
-            # Roboflow's exports write 'train: ../train/images' beside their own train/ folder;
-            # the authors' tools read it there, and so does lucid, saying so.
-            _log.warning(
-                f"lucid data: {where}: '{split}: {e}' names nothing there; reading "
-                f"{root / e[3:]} beside it instead, as the authors' tools read a Roboflow export"
-            )
-            p = root / e[3:]
-        if p.is_dir():
-            images += _images_under(p)
-        elif p.suffix == ".txt" and p.is_file():
-            for number, line in enumerate(read_text(p).splitlines(), 1):
-                if line.strip() and "\0" not in line:
-                    if hint := _windows_path_hint(line.strip()):
-                        raise DataFormatError(f"{p}:{number}: {line.strip()!r:.80}{hint}")
-                    q = Path(line.strip())
-                    images.append(q if q.is_absolute() else root / q)
-        elif not p.exists():
-            raise DataFormatError(
-                f"{where}: '{split}: {e}' does not exist: looked for {p} (relative paths are "
-                f"read under 'path', here {root}){_windows_path_hint(e)}"
-            )
-        else:
-            raise DataFormatError(
-                f"{where}: '{split}' path {p} is neither a folder nor a .txt image list"
-            )
-    return images
-
-
 def read_yolo(
     data_yaml: Path | str,
     split: str,
@@ -240,7 +157,7 @@ def read_yolo(
     records: list[ImageRecord] = []
     listed: dict[Path, Path] = {}  # label path -> the image that took it, read or skipped
     read: set[str] = set()  # real paths of the images listed so far
-    for image in _split_images(root, cfg.get(split), data_yaml, split):
+    for image in split_images(root, cfg.get(split), data_yaml, split):
         real = os.path.realpath(image)
         if real in read:
             report.skip("image listed twice (read once)", str(image))
@@ -281,25 +198,9 @@ def read_yolo(
             text, schema, dims, width, height, str(lbl), report, pose_values=pose_values
         )
         records.append(ImageRecord(len(records), image, height, width, targets))
-    _count_orphan_labels(cfg.get(split), root, listed, report)
+    count_orphan_labels(cfg.get(split), root, listed, report)
     report.log()
     return DatasetIndex(schema, records, report)
-
-
-def _count_orphan_labels(
-    entry: Any, root: Path, listed: Mapping[Path, Path], report: LoadReport
-) -> None:
-    """Count the label files of the split's image folders that belong to no image listed (an
-    image skipped as unreadable is counted once, as itself, not again through its label)."""
-    for e in entry if isinstance(entry, list) else [entry]:
-        folder = Path(e) if Path(e).is_absolute() else root / e
-        if not folder.is_dir() or "images" not in folder.parts:
-            continue
-        labels = label_path(folder / "x").parent
-        if labels.is_dir():
-            for lbl in sorted(labels.rglob("*.txt")):
-                if lbl not in listed and lbl.name != "classes.txt":
-                    report.skip("label file without an image (ignored)", str(lbl))
 
 
 def parse_label_text(
