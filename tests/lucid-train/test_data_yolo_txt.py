@@ -134,7 +134,7 @@ def test_a_detect_read_takes_segment_and_pose_lines_as_their_boxes_and_counts_th
     np.testing.assert_allclose(t.boxes, [[10, 10, 30, 30], [40, 15, 60, 35], [40, 15, 60, 35]])
     assert t.labels.tolist() == [0, 1, 0]
     assert index.report.counts == {
-        "segment polygon read as its enclosing box (task detect)": 1,
+        "polygon (segment outline or OBB corners) read as its enclosing box (task detect)": 1,
         "pose line read as its box, keypoints dropped (task detect)": 1,
     }
     (tmp_path / "bad").mkdir()

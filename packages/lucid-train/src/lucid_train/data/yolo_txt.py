@@ -355,7 +355,10 @@ def _box_of_other_task(
         pts = coords.reshape(-1, 2)
         low, high = pts.min(0), pts.max(0)
         if report is not None:
-            report.skip("segment polygon read as its enclosing box (task detect)", at)
+            report.skip(
+                "polygon (segment outline or OBB corners) read as its enclosing box (task detect)",
+                at,
+            )
         return np.concatenate([(low + high) / 2, high - low])
     return coords
 
