@@ -344,3 +344,19 @@ def test_a_run_folder_held_by_another_fit_is_refused_and_freed_when_it_dies(
         holder.wait()
     assert held_run_folder(run) == run  # the dead holder's lock went with it
     release_run_folders()
+
+
+def test_a_file_system_without_locks_holds_nothing_and_refuses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some network mounts answer ``flock`` with ENOLCK: the fit goes on, unheld."""
+    import fcntl
+
+    from lucid_train.run.run_folder import held_run_folder, release_run_folders
+
+    def no_locks(fd: int, op: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert held_run_folder(tmp_path) == tmp_path
+    release_run_folders()

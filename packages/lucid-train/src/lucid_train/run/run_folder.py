@@ -9,7 +9,7 @@ A fit also holds its folder (`held_run_folder`) until its command ends: a second
 resume of a run still training, is refused naming the process that holds it, where both used to
 write the same checkpoints and `metrics.csv`. The hold is the operating system's lock on
 ``.lucid-run.lock`` (``flock``), so a killed fit leaves none behind; where there is no ``flock``
-(Windows) nothing is held.
+(Windows, a file system without locks) nothing is held.
 """
 
 from __future__ import annotations
@@ -84,13 +84,16 @@ def held_run_folder(folder: Path) -> Path:
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         raise RunFolderError(
             f"run folder {folder} is in use by another lucid fit (pid {holder}, its "
             f"{LOCK_NAME}); let it finish or stop it, then resume with --ckpt_path"
         ) from None
+    except OSError:  # a file system without locks (some network mounts): nothing held
+        os.close(fd)
+        return folder
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[real] = fd
