@@ -236,10 +236,26 @@ def test_a_resumed_run_keeps_the_rows_before_its_epoch_and_drops_the_rest(tmp_pa
         first.log_metrics({"epoch": epoch, "train/loss": float(step)}, step=step)
     first.save()
     resumed = MetricsWriter(tmp_path, resume_epoch=2)
-    assert [r["step"] for r in read_rows(tmp_path / "metrics.csv")[1]] == ["0", "1", "2", "3"]
     resumed.log_metrics({"epoch": 2, "train/loss": 9.0, "val/x": 1.0}, step=4)
     resumed.save()
-    assert [r["step"] for r in read_rows(tmp_path / "metrics.csv")[1]] == ["0", "1", "2", "3", "4"]
+    rows = read_rows(tmp_path / "metrics.csv")[1]
+    assert [r["step"] for r in rows] == ["0", "1", "2", "3", "4"]
+    assert rows[-1]["train/loss"] == "9.0"  # the killed run's epoch 2, logged again
+
+
+def test_a_run_resumed_from_an_epochs_end_keeps_that_epochs_row(tmp_path: Path) -> None:
+    """Was: a resume from ``best.ckpt`` (epoch 0's validation end, so it resumes at epoch 1)
+    deleted epoch 0's row, which it never ran again."""
+    first = MetricsWriter(tmp_path)
+    for step, epoch in enumerate([0, 1, 2]):
+        first.log_metrics({"epoch": epoch, "val/x": float(step)}, step=step)
+    first.save()
+    resumed = MetricsWriter(tmp_path, resume_epoch=0)  # best.ckpt's count
+    assert len(read_rows(tmp_path / "metrics.csv")[1]) == 3  # nothing dropped before it logs
+    resumed.log_metrics({"epoch": 1, "val/x": 7.0}, step=1)
+    resumed.save()
+    rows = read_rows(tmp_path / "metrics.csv")[1]
+    assert [(r["epoch"], r["val/x"]) for r in rows] == [("0", "0.0"), ("1", "7.0")]
 
 
 def test_an_export_that_fails_midway_leaves_the_previous_onnx(

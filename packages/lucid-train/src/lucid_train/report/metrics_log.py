@@ -8,9 +8,11 @@ other rules:
 - rows are appended as whole lines and flushed to the disk; when new columns appear, the file
   is rewritten through a temporary file and renamed (`lucid_train.atomic_files`);
 - a reader takes the file up to its last complete line (`read_rows`);
-- a resumed run (``resume_epoch``, the checkpoint's epoch count) keeps the rows of the epochs
-  before it and drops the rest, the killed run's partial epoch, which the resumed run logs again:
-  every epoch appears once (assumptions.md T68).
+- a resumed run (``resume_epoch``, the checkpoint's epoch count) keeps every row until it logs
+  its first one, then drops the rows of that epoch and later ones, which it runs again (a killed
+  run's partial epoch): every epoch appears once (assumptions.md T68). The cut is the epoch the
+  run actually resumes at, not the checkpoint's count: a ``best.ckpt`` written at the end of
+  epoch e's validation resumes at e + 1, and epoch e's row stays.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class MetricsWriter:
     Args:
         log_dir: the run folder.
         resume_epoch: None for a new run (an old ``metrics.csv`` there is replaced); else the
-            epoch the resumed run starts at: rows of earlier epochs are kept, later ones dropped.
+            checkpoint's epoch count: the rows are kept until the resumed run's first row, whose
+            epoch and later ones are then dropped (the run logs them again).
     """
 
     def __init__(self, log_dir: str | Path, resume_epoch: int | None = None) -> None:
@@ -73,15 +76,16 @@ class MetricsWriter:
         self.hparams: dict[str, Any] = {}
         os.makedirs(self.log_dir, exist_ok=True)
         self.metrics_keys: list[str] = []
+        self._cut_pending = False
         if resume_epoch is None:
             if os.path.isfile(self.metrics_file_path):
                 os.unlink(self.metrics_file_path)
             return
         keys, rows = read_rows(self.metrics_file_path)
-        kept = [r for r in rows if (e := _epoch_of(r)) is None or e < resume_epoch]
         self.metrics_keys = keys
+        self._cut_pending = bool(keys)
         if keys:
-            self._rewrite(kept)
+            self._rewrite(rows)  # whole lines only: a killed run's partial last line goes
 
     def log_metrics(self, metrics_dict: dict[str, Any], step: int | None = None) -> None:
         """Record one row (written by `save`)."""
@@ -99,6 +103,18 @@ class MetricsWriter:
         """Write the recorded rows: appended, or the whole file anew when columns were added."""
         if not self.metrics:
             return
+        if self._cut_pending:  # the resumed run's first rows: its epochs replace the old ones
+            self._cut_pending = False
+            first = min((e for r in self.metrics if (e := _epoch_of(r)) is not None), default=None)
+            if first is not None:
+                _, old = read_rows(self.metrics_file_path)
+                self.metrics_keys = sorted(
+                    {*self.metrics_keys, *(k for r in self.metrics for k in r)}
+                )
+                kept = [r for r in old if (e := _epoch_of(r)) is None or e < first]
+                self._rewrite([*kept, *self.metrics])
+                self.metrics = []
+                return
         new = sorted({k for row in self.metrics for k in row} - set(self.metrics_keys))
         exists = os.path.isfile(self.metrics_file_path)
         if new or not exists:
