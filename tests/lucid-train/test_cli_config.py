@@ -175,9 +175,43 @@ def test_a_run_without_config_yaml_resumes_with_its_checkpoints_hyper_parameters
     cli = LucidCLI(["fit", "--ckpt_path", str(old), *data], run=False)
     assert dict(cli.model.hparams) == read_checkpoint_info(old).hyper_parameters
     assert cli.datamodule.img_size == 64 and cli.run_dir == old.parent.parent
+    assert "without its config.yaml" in _one_line(capsys.readouterr().err)  # and says so
     assert main(["fit", "--ckpt_path", str(old), *data, "--model.optimizer", "AdamW"]) == 2
     line = _one_line(capsys.readouterr().err)
     assert "--model.optimizer AdamW contradicts model.optimizer: SGD" in line and str(old) in line
+
+
+@pytest.mark.slow
+def test_a_resume_whose_config_or_data_cannot_be_known_is_refused_naming_the_fix(
+    printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: without config.yaml and --data.root the resume trained on the built-in set; with a
+    config.yaml naming another model, a traceback of 582 size mismatches. A resume that goes on
+    without config.yaml says where its settings come from."""
+    old = tmp_path / "old" / "checkpoints" / "last.ckpt"
+    old.parent.mkdir(parents=True)
+    shutil.copy(printed_run.last, old)
+    assert main(["fit", "--ckpt_path", str(old)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "config.yaml (the settings the run was started with) is missing" in line
+    assert "give --data.root" in line
+    data = ["--data.root", str(printed_run.data), "--data.num_workers", "0"]
+    LucidCLI(["fit", "--ckpt_path", str(old), *data], run=False)
+    said = _one_line(capsys.readouterr().err)
+    assert said.startswith(f"lucid fit: resuming {old.parent.parent} without its config.yaml")
+
+    edited = tmp_path / "edited" / "checkpoints" / "last.ckpt"
+    edited.parent.mkdir(parents=True)
+    shutil.copy(printed_run.last, edited)
+    text = (printed_run.run_dir / "config.yaml").read_text()
+    assert "model: yolo26n\n" in text
+    (edited.parent.parent / "config.yaml").write_text(
+        text.replace("model: yolo26n\n", "model: yolo26s\n")
+    )
+    assert main(["fit", "--ckpt_path", str(edited)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "config.yaml names the model yolo26s, but the checkpoint" in line
+    assert "holds yolo26n" in line and "--model.weights" in line
 
 
 @pytest.mark.slow

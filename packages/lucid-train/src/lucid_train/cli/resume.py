@@ -9,6 +9,8 @@ one line naming both values (assumptions.md T73).
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from jsonargparse import Namespace, get_loader
 from lightning.pytorch.cli import LightningArgumentParser
 
 from lucid_train.errors import LucidError
+from lucid_train.model_spec import parse_model
 from lucid_train.run.last_checkpoint import LAST_NAME
 from lucid_train.run.trainer import run_dir_of_checkpoint
 from lucid_train.tasks.module import SCHEMA_ARGUMENTS
@@ -82,15 +85,29 @@ def resume_argv(
     verb_at = argv.index("fit")
     flags = argv[verb_at + 1 :]
     saved_file = run_dir / CONFIG_FILE
+    keys = _given_keys(flags)
     if saved_file.is_file():
         source = saved_file
         saved = dict(parser.parse_args(["fit", "--config", str(saved_file)]).fit.items())
         resumed = ["fit", "--config", str(saved_file), *flags]
+        named = str(saved.get("model.model") or info.model)
+        if _model_name(named) != _model_name(info.model):
+            raise ResumeConflictError(
+                f"resuming {run_dir}: its {CONFIG_FILE} names the model {named}, but the "
+                f"checkpoint {info.path} holds {info.model}; restore the config's model, or "
+                f"start a new run from these weights (--model.weights {info.path})"
+            )
     else:
         source = info.path
         saved = _checkpoint_settings(info, given.fit)
         resumed = [*argv, "--config", json.dumps(_nested(saved))]
-    found = _conflicts(_given_keys(flags), given.fit, saved)
+        if not any(k == "data" or k.startswith("data.root") for k in keys):
+            raise ResumeConflictError(
+                f"resuming {run_dir}: its {CONFIG_FILE} (the settings the run was started "
+                "with) is missing and the checkpoint does not name the data; restore the file, "
+                "or give --data.root and the run's other settings again"
+            )
+    found = _conflicts(keys, given.fit, saved)
     if found:
         shown = ", ".join(f"--{k} {_show(a)} contradicts {k}: {_show(b)}" for k, a, b in found)
         raise ResumeConflictError(
@@ -98,7 +115,21 @@ def resume_argv(
             "drop the flag to resume the run as it was started, or start a new run (without "
             "--ckpt_path)"
         )
+    if source == info.path and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(
+            f"lucid fit: resuming {run_dir} without its {CONFIG_FILE}: the model, canvas and "
+            "accumulation come from the checkpoint, every other setting from this command "
+            "line and the defaults",
+            file=sys.stderr,
+        )
     return Resume(info, run_dir), resumed
+
+
+def _model_name(name: str) -> str:
+    try:
+        return parse_model(name).name
+    except ValueError:  # not a model name: compared as written
+        return name
 
 
 def _given_keys(flags: Sequence[str]) -> list[str]:
