@@ -326,3 +326,21 @@ def test_the_conversion_command_given_a_folder_asks_for_the_file_inside(
     assert convert_main([str(tmp_path), str(tmp_path / "out.pt")]) == 2
     err = capsys.readouterr().err.strip()
     assert f"weights {tmp_path}: a folder; pass the authors' .pt file inside it" in err
+
+
+def test_the_conversion_command_keeps_the_authors_file_and_names_an_unwritable_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: ``SRC SRC`` replaced the authors' file with the converted one (exit 0), and an
+    output under /sys a PermissionError traceback."""
+    from lucid_train.weights.__main__ import main as convert_main
+
+    src = _authors_file(tmp_path / "yolo26n.pt", _module("yolo26n", 3))
+    before = src.read_bytes()
+    assert convert_main([str(src), str(tmp_path / "." / "yolo26n.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the output is the file itself" in err and "\n" not in err
+    assert src.read_bytes() == before
+    assert convert_main([str(src), "/sys/lucid-x.pt"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("lucid weights: error: cannot write /sys/") and "\n" not in err

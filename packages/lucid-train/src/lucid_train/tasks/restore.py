@@ -78,6 +78,11 @@ def convert_weights(src: str | Path, dst: str | Path) -> WeightsReport:
         raise WeightsError(f"weights {s}: a folder; pass the authors' .pt file inside it")
     if not s.is_file():
         raise FileNotFoundError(f"weights {s}: no such file")
+    if Path(dst).resolve() == s.resolve():
+        raise WeightsError(
+            f"weights {s}: the output is the file itself, which the conversion would replace; "
+            "write the lucid weights to another path (yolo26n-lucid.pt)"
+        )
     if not is_authors_checkpoint(s):
         raise WeightsError(f"weights {s}: not an Ultralytics checkpoint (nothing to convert)")
     ck = read_authors_file(s)

@@ -10,9 +10,8 @@ original) to ``lucid fit --model.weights``.
 from __future__ import annotations
 
 import argparse
-import sys
 
-from lucid_train.errors import LucidError
+from lucid_train.cli.command_errors import report as report_error
 from lucid_train.tasks.restore import convert_weights
 
 
@@ -23,9 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = convert_weights(args.src, args.dst)
-    except (LucidError, FileNotFoundError) as err:  # one line naming the file and the fix
-        print(f"lucid weights: error: {err}", file=sys.stderr)
-        return 2
+    except Exception as err:  # one line naming the file and the fix, as the `lucid` command's
+        code = report_error("weights", err)
+        if code is None:
+            raise  # a bug: its traceback is the report
+        return code
     print(report.summary())
     print(f"lucid weights: wrote {args.dst}")
     return 0
