@@ -360,3 +360,14 @@ def test_a_file_system_without_locks_holds_nothing_and_refuses_nothing(
     monkeypatch.setattr(fcntl, "flock", no_locks)
     assert held_run_folder(tmp_path) == tmp_path
     release_run_folders()
+
+
+def test_a_device_lightning_cannot_parse_is_one_line_naming_the_flag(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: Lightning's TypeError traceback ("devices selected with CPUAccelerator ...")."""
+    root = small_synthetic("detect")
+    flags = [*FAST, "--trainer.devices", "cuda:0", "--run.root", str(tmp_path)]
+    assert cli.main(["fit", "--data.root", str(root), *flags]) == 2
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert "Lightning refused --trainer.accelerator cpu, --trainer.devices cuda:0" in line

@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+import traceback
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,7 +39,7 @@ from lightning.pytorch.loggers import CSVLogger, Logger
 
 from lucid_train.atomic_files import save_image
 from lucid_train.data.records import Task
-from lucid_train.errors import RunFolderError
+from lucid_train.errors import RunFolderError, SettingError
 from lucid_train.report.metrics_log import RunCSVLogger
 from lucid_train.run.checkpoint_io import AtomicCheckpointIO
 from lucid_train.run.collector import FrozenHeap
@@ -323,7 +324,18 @@ def build_trainer(
     else:
         kwargs.setdefault("logger", build_loggers(run_dir, resume_epoch))
         kwargs.setdefault("default_root_dir", str(run_dir))
-    return L.Trainer(callbacks=cbs, **kwargs)
+    try:
+        return L.Trainer(callbacks=cbs, **kwargs)
+    except (TypeError, ValueError) as err:
+        # Lightning's device parsing refuses with plain TypeErrors and ValueErrors ("devices
+        # selected with CPUAccelerator should be an int > 0"): a setting, not a bug of ours
+        where = traceback.extract_tb(err.__traceback__)[-1].filename.replace(os.sep, "/")
+        if "/lightning/" not in where or not ("accelerator" in where or "connector" in where):
+            raise
+        shown = ", ".join(
+            f"--trainer.{k} {kwargs[k]}" for k in ("accelerator", "devices") if k in kwargs
+        )
+        raise SettingError(f"Lightning refused {shown or 'the devices'}: {err}") from err
 
 
 def _ema_callbacks() -> list[Callback]:
