@@ -195,6 +195,20 @@ def test_export_writes_onnx_of_the_deploy_view(detect_run: Path, tmp_path: Path)
     assert [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim] == [1, 3, 64, 64]
 
 
+def test_export_into_a_folder_names_the_file_and_refuses_another_format(
+    detect_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: ``--out <folder>`` told to pass "a folder that exists", and ``--out m.engine``
+    held ONNX under another format's name without a word."""
+    pytest.importorskip("onnx")
+    ckpt = str(detect_run / "checkpoints" / "best.ckpt")
+    assert main(["export", "--ckpt", ckpt, "--out", str(tmp_path / "m.engine")]) == 2
+    assert "lucid exports ONNX only" in capsys.readouterr().err
+    assert not (tmp_path / "m.engine").exists()
+    assert main(["export", "--ckpt", ckpt, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "best.onnx").is_file()
+
+
 def test_console_script_module_answers_help() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "lucid_train", "--help"], capture_output=True, text=True, check=True

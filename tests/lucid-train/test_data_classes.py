@@ -118,6 +118,8 @@ def test_given_classes_skip_and_count_the_annotations_of_others(
         LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 9))._index("val")
     with pytest.raises(ClassesError, match="expected at least one category id"):
         LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=())._index("val")
+    with pytest.raises(ClassesError, match=r"ids \[1\] given twice"):  # was: one class
+        LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 1))._index("val")
 
 
 def test_validation_refuses_data_of_another_class_count_and_names_the_models_ids(

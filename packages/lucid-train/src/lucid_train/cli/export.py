@@ -33,6 +33,17 @@ def export_checkpoint(
 
     size = img_size or int(module.hparams.get("img_size", 640))
     path = Path(out) if out else Path(ckpt).with_suffix(".onnx")
+    if path.is_dir():  # a folder: the checkpoint's name in it
+        path = path / Path(ckpt).with_suffix(".onnx").name
+    elif not path.suffix:
+        path = path.with_suffix(".onnx")
+    if path.suffix.lower() != ".onnx":
+        print(
+            f"lucid export: error: --out {path}: lucid exports ONNX only; name the file .onnx "
+            "(TensorRT and others build their engines from it)",
+            file=sys.stderr,
+        )
+        return 2
     opset = opset or ONNX_OPSET
     try:
         names = export_onnx(

@@ -110,6 +110,11 @@ def restrict_classes(index: DatasetIndex, category_ids: Sequence[int]) -> Datase
     wanted = set(int(c) for c in category_ids)
     if not wanted:
         raise ClassesError("--data.classes: expected at least one category id, got none")
+    if len(wanted) != len(category_ids):
+        twice = sorted({int(c) for c in category_ids if list(category_ids).count(c) > 1})
+        raise ClassesError(
+            f"--data.classes {list(category_ids)}: ids {twice} given twice; name each once"
+        )
     missing = sorted(wanted - set(schema.category_ids))
     if missing:
         raise ClassesError(
