@@ -138,6 +138,37 @@ def test_a_broken_config_file_is_named_with_its_line(
     assert code == 2 and f"--config {bad}:3:1: not valid YAML" in line
 
 
+@pytest.mark.parametrize(
+    ("made", "says"),
+    [
+        ("empty", "empty, not a mapping of settings"),
+        ("list", "a YAML list, not a mapping of settings"),
+        ("folder", "a folder; pass a YAML file"),
+        ("missing", "no such file"),
+        ("short-flag", "not valid YAML"),  # was: `-c` skipped this check
+    ],
+)
+def test_a_config_file_without_settings_is_one_line_naming_it(
+    made: str, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: "Unexpected config: " with nothing after it (empty), the parser's usage and a
+    multi-line message (a folder, a missing file)."""
+    path = tmp_path / "run.yaml"
+    flag = "--config"
+    if made == "empty":
+        path.write_text("# nothing yet\n")
+    elif made == "list":
+        path.write_text("- trainer\n")
+    elif made == "folder":
+        path.mkdir()
+    elif made == "short-flag":
+        path.write_text("data:\n  root: [1, 2\n")
+        flag = "-c"
+    code = cli.main(["fit", flag, str(path)])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2 and f"--config {path}" in line and says in line, line
+
+
 def test_a_config_naming_the_model_as_the_command_line_does_is_told_the_yaml_form(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,9 +26,9 @@ class ConfigFileError(LucidError, ValueError):
 def _config_paths(argv: Sequence[str]) -> list[Path]:
     paths = []
     for i, token in enumerate(argv):
-        if token == "--config" and i + 1 < len(argv):
+        if token in ("--config", "-c") and i + 1 < len(argv):
             paths.append(argv[i + 1])
-        elif token.startswith("--config="):
+        elif token.startswith(("--config=", "-c=")):
             paths.append(token.partition("=")[2])
     # an inline document (``--config '{...}'``) is not a file: the parser reads it itself
     return [Path(p) for p in paths if "\n" not in p and not p.lstrip().startswith("{")]
@@ -41,8 +41,14 @@ def check_config_files(argv: Sequence[str]) -> None:
         ConfigFileError: naming the file, the line and column, and the problem.
     """
     for path in _config_paths(argv):
+        if path.is_dir():
+            raise ConfigFileError(
+                f"--config {path}: a folder; pass a YAML file (--print_config writes one)"
+            )
         if not path.is_file():
-            continue  # the parser's own message names a missing file
+            if path.suffix.lower() in (".yaml", ".yml", ".json"):  # a file's name, not a document
+                raise ConfigFileError(f"--config {path}: no such file")
+            continue  # inline YAML: the parser reads it itself
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as err:
@@ -56,6 +62,12 @@ def check_config_files(argv: Sequence[str]) -> None:
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else f"{path}"
             problem = getattr(err, "problem", None) or str(err).splitlines()[0]
             raise ConfigFileError(f"--config {where}: not valid YAML ({problem})") from None
+        if not isinstance(config, dict):  # empty, or a list or a string: no settings in it
+            shown = "empty" if config is None else f"a YAML {type(config).__name__}"
+            raise ConfigFileError(
+                f"--config {path}: {shown}, not a mapping of settings (such as 'trainer:' with "
+                "'max_epochs: 10' under it); `lucid fit --print_config` writes one to start from"
+            )
         _check_model_shorthand(path, config, text)
 
 
