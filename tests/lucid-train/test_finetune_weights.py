@@ -344,3 +344,21 @@ def test_the_conversion_command_keeps_the_authors_file_and_names_an_unwritable_o
     assert convert_main([str(src), "/sys/lucid-x.pt"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("lucid weights: error: cannot write /sys/") and "\n" not in err
+
+
+def test_the_conversion_command_names_an_empty_file_and_a_file_already_lucids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was "not an Ultralytics checkpoint" for both."""
+    from lucid_train.weights.__main__ import main as convert_main
+
+    empty = tmp_path / "yolo26n.pt"
+    empty.touch()
+    assert convert_main([str(empty), str(tmp_path / "out.pt")]) == 2
+    assert "an empty file (0 bytes)" in capsys.readouterr().err
+    ours = tmp_path / "last.ckpt"
+    hp = {"task": "detect", "model": "yolo26n", "class_names": ("a",)}
+    torch.save({"hyper_parameters": hp, "state_dict": {}}, ours)
+    assert convert_main([str(ours), str(tmp_path / "out.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "a lucid checkpoint of yolo26n already" in err and "--model.weights" in err

@@ -28,6 +28,7 @@ from lucid_train.weights import (
 from lucid_train.weights.authors_names import lucid_key
 from lucid_train.weights.authors_pickle import is_authors_checkpoint
 from lucid_train.weights.checkpoint_file import (
+    CheckpointError,
     check_finite_weights,
     check_task,
     load_checkpoint_file,
@@ -83,7 +84,18 @@ def convert_weights(src: str | Path, dst: str | Path) -> WeightsReport:
             f"weights {s}: the output is the file itself, which the conversion would replace; "
             "write the lucid weights to another path (yolo26n-lucid.pt)"
         )
+    if s.stat().st_size == 0:
+        raise WeightsError(f"weights {s}: an empty file (0 bytes); download or copy it again")
     if not is_authors_checkpoint(s):
+        try:  # lucid's own files need no conversion: say so rather than "not theirs"
+            lucid = read_checkpoint_info(s).model
+        except (CheckpointError, OSError):
+            lucid = None
+        if lucid is not None:
+            raise WeightsError(
+                f"weights {s}: a lucid checkpoint of {lucid} already (nothing to convert); pass "
+                "it to lucid fit --model.weights as it is"
+            )
         raise WeightsError(f"weights {s}: not an Ultralytics checkpoint (nothing to convert)")
     ck = read_authors_file(s)
     if ck.model_name is None or ck.num_classes is None:
