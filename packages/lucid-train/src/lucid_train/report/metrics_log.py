@@ -104,9 +104,9 @@ class MetricsWriter:
         if not self.metrics:
             return
         if self._cut_pending:  # the resumed run's first rows: its epochs replace the old ones
-            self._cut_pending = False
             first = min((e for r in self.metrics if (e := _epoch_of(r)) is not None), default=None)
-            if first is not None:
+            if first is not None:  # rows without an epoch leave the cut for the next save
+                self._cut_pending = False
                 _, old = read_rows(self.metrics_file_path)
                 self.metrics_keys = sorted(
                     {*self.metrics_keys, *(k for r in self.metrics for k in r)}
