@@ -198,22 +198,32 @@ def test_staged_nan_stops_the_fit_before_the_bad_batch_steps_and_writes_no_check
     dm = _tiny_detect_data(small_synthetic)
     module = _PoisonAt("yolo26n", num_classes=dm.schema.num_classes, accumulate=1)
     module.finite_guard.lagged = True
+    err, trainer, changed = _stopped_at_step_two(module, dm, tmp_path, "global step 2")
+    assert err.terms[0].startswith("o2o_")
+    assert bool(trainer.optimizers[0].defaults.get("fused")) is fused
+    # the weights are those the bad batch started from: its step never ran (the forward's
+    # BatchNorm statistics did move, as with the per-batch read: assumptions T64)
+    assert not changed, changed[:5]
+
+
+def _stopped_at_step_two(
+    module: DetectModule, dm: LucidDataModule, run: Path, match: str
+) -> tuple[NonFiniteLossError, L.Trainer, list[str]]:
+    """Fit ``module`` until it raises `NonFiniteLossError` matching ``match`` at global step
+    2; returns the error, the Trainer, and the parameters that moved from the weights that
+    step started from. No checkpoint may hold step 2 or later."""
     seen: list[dict[str, torch.Tensor]] = []
 
     class _Weights(L.Callback):
         def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
             seen.append({k: p.detach().clone() for k, p in pl_module.named_parameters()})
 
-    trainer = _two_epoch_trainer(tmp_path, callbacks=[_Weights()])
-    with pytest.raises(NonFiniteLossError, match="global step 2") as err:
+    trainer = _two_epoch_trainer(run, callbacks=[_Weights()])
+    with pytest.raises(NonFiniteLossError, match=match) as err:
         trainer.fit(module, datamodule=dm)
-    assert err.value.terms[0].startswith("o2o_")
-    assert bool(trainer.optimizers[0].defaults.get("fused")) is fused
-    _saved_only_before(tmp_path, 2)
-    # the weights are those the bad batch started from: its step never ran (the forward's
-    # BatchNorm statistics did move, as with the per-batch read: assumptions T64)
+    _saved_only_before(run, 2)
     changed = [k for k, p in module.named_parameters() if not torch.equal(seen[2][k], p)]
-    assert not changed, changed[:5]
+    return err.value, trainer, changed
 
 
 class _InfiniteGradient(torch.autograd.Function):
@@ -263,18 +273,9 @@ def test_infinite_gradients_from_a_finite_loss_stop_the_fit_before_the_step(
     dm = _tiny_detect_data(small_synthetic)
     module = _InfiniteGradientAt("yolo26n", num_classes=dm.schema.num_classes, accumulate=1)
     module.finite_guard.lagged = lagged
-    seen: list[dict[str, torch.Tensor]] = []
-
-    class _Weights(L.Callback):
-        def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, *args: Any) -> None:
-            seen.append({k: p.detach().clone() for k, p in pl_module.named_parameters()})
-
-    trainer = _two_epoch_trainer(tmp_path, callbacks=[_Weights()])
-    with pytest.raises(NonFiniteLossError, match="non-finite gradients at global step 2") as err:
-        trainer.fit(module, datamodule=dm)
-    assert err.value.terms == ("gradient norm",)
+    match = "non-finite gradients at global step 2"
+    err, trainer, changed = _stopped_at_step_two(module, dm, tmp_path, match)
+    assert err.terms == ("gradient norm",)
     assert bool(trainer.optimizers[0].defaults.get("fused")) is fused
-    _saved_only_before(tmp_path, 2)
-    changed = [k for k, p in module.named_parameters() if not torch.equal(seen[2][k], p)]
     assert not changed, changed[:5]
     assert all(torch.isfinite(p).all() for p in module.parameters())
