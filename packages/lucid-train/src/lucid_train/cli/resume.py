@@ -20,7 +20,6 @@ from jsonargparse import Namespace, get_loader
 from lightning.pytorch.cli import LightningArgumentParser
 
 from lucid_train.errors import LucidError
-from lucid_train.model_spec import parse_model
 from lucid_train.run.last_checkpoint import LAST_NAME
 from lucid_train.run.trainer import run_dir_of_checkpoint
 from lucid_train.tasks.module import SCHEMA_ARGUMENTS
@@ -91,7 +90,7 @@ def resume_argv(
         saved = dict(parser.parse_args(["fit", "--config", str(saved_file)]).fit.items())
         resumed = ["fit", "--config", str(saved_file), *flags]
         named = str(saved.get("model.model") or info.model)
-        if _model_name(named) != _model_name(info.model):
+        if named != info.model:
             raise ResumeConflictError(
                 f"resuming {run_dir}: its {CONFIG_FILE} names the model {named}, but the "
                 f"checkpoint {info.path} holds {info.model}; restore the config's model, or "
@@ -123,13 +122,6 @@ def resume_argv(
             file=sys.stderr,
         )
     return Resume(info, run_dir), resumed
-
-
-def _model_name(name: str) -> str:
-    try:
-        return parse_model(name).name
-    except ValueError:  # not a model name: compared as written
-        return name
 
 
 def _given_keys(flags: Sequence[str]) -> list[str]:

@@ -89,10 +89,11 @@ def split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]:
             images += _images_under(p)
         elif p.suffix == ".txt" and p.is_file():
             for number, line in enumerate(read_text(p).splitlines(), 1):
-                if line.strip() and "\0" not in line:
-                    if hint := _windows_path_hint(line.strip()):
-                        raise DataFormatError(f"{p}:{number}: {line.strip()!r:.80}{hint}")
-                    q = Path(line.strip())
+                written = line.strip()
+                if written and "\0" not in written:
+                    if hint := _windows_path_hint(written):
+                        raise DataFormatError(f"{p}:{number}: {written!r:.80}{hint}")
+                    q = Path(written)
                     images.append(q if q.is_absolute() else root / q)
         elif not p.exists():
             raise DataFormatError(

@@ -242,19 +242,12 @@ def check_task(info: CheckpointInfo, requested: Task | None, requested_model: st
             f"{requested_model or requested} is a {requested} model; drop --model to use the "
             f"checkpoint's own ({info.model}), or pass a {requested} checkpoint ({suffix})"
         )
-    if requested_model is not None and _model_name(requested_model) != _model_name(info.model):
+    if requested_model is not None and requested_model != info.model:
         raise CheckpointTaskError(
             f"checkpoint {info.path} holds {info.model}, but --model {requested_model} was "
             f"asked; drop --model to use the checkpoint's own, or pass a {requested_model} "
             "checkpoint"
         )
-
-
-def _model_name(name: str) -> str:
-    try:
-        return parse_model(name).name
-    except ValueError:  # not a model name: compared as written
-        return name
 
 
 def check_finite_weights(path: Path, state: Mapping[str, Any], what: str = "weights") -> None:
