@@ -19,8 +19,10 @@ import pytest
 import torch
 import yaml
 
+from lucid_testing.cli_flags import overridden
 from lucid_train.cli import CONFIG_FILE, LucidCLI, RunConfig, main
 from lucid_train.data.records import Task
+from lucid_train.run.run_folder import LOCK_NAME
 from lucid_train.weights.checkpoint_file import read_checkpoint_info
 
 TINY = ["--data.img_size", "64", "--data.batch_size", "4", "--data.num_workers", "0"]
@@ -81,7 +83,8 @@ def test_print_config_fed_back_with_config_reproduces_the_runs_hyper_parameters(
     printed_run: PrintedRun, tmp_path: Path
 ) -> None:
     trained = read_checkpoint_info(printed_run.last).hyper_parameters
-    from_flags = LucidCLI(["fit", *printed_run.flags, "--run.root", str(tmp_path)], run=False)
+    flags = overridden(printed_run.flags, "--run.root", str(tmp_path))
+    from_flags = LucidCLI(["fit", *flags], run=False)
     assert dict(from_flags.model.hparams) == trained
     expected = {"optimizer": "SGD", "lr0": 0.003, "warmup_epochs": 0.5, "max_det": 50,
                 "accumulate": 2, "img_size": 64, "model": "yolo26n", "task": "detect"}  # fmt: skip
@@ -105,7 +108,8 @@ def test_print_config_fed_back_with_config_reproduces_the_runs_hyper_parameters(
 def test_a_resume_flag_that_contradicts_the_runs_config_is_refused_in_one_line(
     printed_run: PrintedRun, flags: list[str], shown: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["fit", *printed_run.flags, "--ckpt_path", str(printed_run.last), *flags])
+    given = overridden(printed_run.flags, *flags)  # a flag given twice is refused
+    code = main(["fit", *given, "--ckpt_path", str(printed_run.last)])
     line = _one_line(capsys.readouterr().err)
     assert code == 2
     assert line.startswith(f"lucid fit: error: resuming {printed_run.run_dir}: ")
@@ -139,6 +143,31 @@ def test_a_resume_reads_the_runs_config_whatever_else_is_given(printed_run: Prin
         assert not any(isinstance(cb, RunConfig) for cb in cli.trainer.callbacks)
     assert sorted(p.name for p in printed_run.run_dir.parent.iterdir()) == before
     assert (printed_run.run_dir / CONFIG_FILE).read_text() == saved
+
+
+@pytest.mark.slow
+def test_resuming_a_finished_run_names_its_epochs_and_how_to_train_more(
+    printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run that reached its max_epochs, resumed: one line with the epochs its checkpoint ran
+    and the command that trains on from its weights (a resume keeps its max_epochs), exit 0, and
+    no file of the run rewritten. Was: Lightning restored it, trained nothing, redrew
+    results_summary.png without its per-class table and said only "done in 0 s"."""
+    run = tmp_path / "finished"
+    shutil.copytree(printed_run.run_dir, run)  # the module's run stays as the other tests see it
+    files = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK_NAME}
+    last = run / "checkpoints" / "last.ckpt"
+    assert main(["fit", "--ckpt_path", str(last)]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "already finished" in line]
+    assert len(lines) == 1, out
+    assert lines[0].startswith(f"lucid fit: {run} already finished its 1 epoch ")
+    assert "(trainer.max_epochs 1)" in lines[0] and "nothing trained" in lines[0]
+    assert f"lucid fit --config {run / CONFIG_FILE} --model.weights {last}" in lines[0]
+    assert "--trainer.max_epochs E" in lines[0] and "done in" not in out
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != LOCK_NAME}
+    assert sorted(after) == sorted(files)
+    assert [p.name for p in files if after[p] != files[p]] == []
 
 
 @pytest.mark.slow
@@ -226,7 +255,8 @@ def test_validate_and_a_resume_take_the_checkpoints_classes(
     cli = LucidCLI(["validate", "--ckpt", str(printed_run.last), *flags], run=False)
     cli.datamodule.setup("validate")
     assert cli.datamodule.schema.category_ids == (1, 2, 3)
-    assert LucidCLI(["fit", *flags, *TINY], run=False).datamodule.schema.category_ids == (1, 2, 3)
+    fit = LucidCLI(["fit", *overridden(flags, *TINY)], run=False)
+    assert fit.datamodule.schema.category_ids == (1, 2, 3)
 
     old = tmp_path / "old" / "checkpoints" / "last.ckpt"
     old.parent.mkdir(parents=True)

@@ -6,6 +6,7 @@ model or holding random bytes, a full disk; a bug still shows its traceback."""
 from __future__ import annotations
 
 import errno
+import importlib.util
 import logging
 import os
 import subprocess
@@ -17,11 +18,14 @@ from typing import Any
 import pytest
 import torch
 
+from lucid_testing.cli_flags import overridden
 from lucid_train import cli
 from lucid_train.atomic_files import atomic_path
 from lucid_train.cli.command_errors import error_line
-from lucid_train.cli.fit_outcome import done_line
+from lucid_train.cli.fit_outcome import done_line, finished_line
+from lucid_train.cli.resume import Resume
 from lucid_train.errors import DiskFullError
+from lucid_train.weights.checkpoint_file import CheckpointInfo
 
 FAST = ["--data.img_size", "64", "--data.batch_size", "2", "--data.num_workers", "0",
         "--trainer.accelerator", "cpu", "--trainer.max_epochs", "1",
@@ -50,13 +54,15 @@ def _one_error_line(err: str, verb: str) -> str:
 def test_an_out_of_range_flag_is_refused_while_parsing(
     flag: str, value: str, says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Refused by the argument's type before any setup (no data is read): jsonargparse's usage
-    error names the flag and the range. Was: a ValueError traceback from the data module."""
+    """Refused by the argument's type before any setup (no data is read), in one line naming the
+    flag, its value and the range. Was: a ValueError traceback from the data module, then
+    jsonargparse's usage block (~60 lines) before its message."""
     with pytest.raises(SystemExit) as stop:
         cli.main(["fit", "--data.root", "/nonexistent", flag, value])
     err = capsys.readouterr().err
-    assert stop.value.code == 2
-    assert "Traceback" not in err and flag.lstrip("-") in err and says in err, err
+    assert stop.value.code == 2 and "usage:" not in err and len(err.splitlines()) <= 3, err
+    line = _one_error_line(err, "fit")
+    assert f"{flag} {value!r} is not " in line and says in line and "pass e.g." in line, line
 
 
 @pytest.mark.parametrize(
@@ -88,7 +94,8 @@ def test_a_setting_out_of_its_range_ends_the_fit_with_one_line_naming_it(
     folder outside --run.root)."""
     root = small_synthetic("detect")
     runs = tmp_path / "runs"
-    code = cli.main(["fit", "--data.root", str(root), *FAST, "--run.root", str(runs), *flags])
+    base = ["--data.root", str(root), *FAST, "--run.root", str(runs)]
+    code = cli.main(["fit", *overridden(base, *flags)])  # a flag given twice is refused
     line = _one_error_line(capsys.readouterr().err, "fit")
     assert code == 2 and says in line, line
     assert not (tmp_path / "elsewhere").exists()
@@ -126,6 +133,63 @@ def test_an_unwritable_run_root_is_refused_before_training(
     line = _one_error_line(capsys.readouterr().err, "fit")
     assert code == 2
     assert "cannot create the run folder /sys/lucid-runs" in line and "--run.root" in line
+
+
+def test_an_unwritable_home_is_named_as_the_synthetic_sets_cache_not_the_run_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lucid fit`` without --data.root caches its built-in set under ~/.cache/lucid: with HOME
+    read-only (/sys) that folder is at fault, and LUCID_CACHE_DIR the fix. Was: "cannot write
+    /sys/nohome ...; pick a folder you can write (--run.root for a fit)", a writable run root."""
+    monkeypatch.setenv("HOME", "/sys/nohome")
+    monkeypatch.delenv("LUCID_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    code = cli.main(["fit", *FAST, "--run.root", str(tmp_path / "runs")])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2 and "--run.root" not in line, line
+    assert "cannot write /sys/nohome/.cache/lucid, the built-in synthetic set's cache" in line
+    assert "HOME is /sys/nohome" in line and "set LUCID_CACHE_DIR to a folder you can" in line
+    monkeypatch.setenv("LUCID_CACHE_DIR", "/sys/lucid-cache")  # the variable itself unwritable
+    assert cli.main(["fit", *FAST, "--run.root", str(tmp_path / "runs")]) == 2
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert "cannot write /sys/lucid-cache, the built-in synthetic set's cache folder" in line
+    assert "(LUCID_CACHE_DIR)" in line and "--run.root" not in line
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        (["--trainer.logger", "WandbLogger"],
+         "--trainer.logger WandbLogger (lightning.pytorch.loggers.WandbLogger) needs the package "
+         "wandb (wandb>=0.12.10), which is not installed; install it (pip install wandb) or "
+         "leave out --trainer.logger"),
+        (["--config", "[{class_path: CSVLogger, init_args: {save_dir: csv}}, CometLogger]"],
+         "--trainer.logger CometLogger (lightning.pytorch.loggers.CometLogger) needs the "
+         "package comet-ml (comet-ml>=3.44.4), which is not installed; install it (pip install "
+         "comet-ml)"),
+    ],
+    ids=["flag", "one-of-a-list-in-a-config"],
+)  # fmt: skip
+def test_a_logger_whose_package_is_missing_is_one_line_naming_it_and_the_install(
+    given: list[str],
+    says: str,
+    small_synthetic: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Was: three chained tracebacks (Lightning's ModuleNotFoundError, jsonargparse's "Problem
+    with given class_path", "Does not validate against any of the Union subtypes"), exit 1."""
+    for package in ("wandb", "comet_ml"):
+        if importlib.util.find_spec(package):
+            pytest.skip(f"{package} is installed here")
+    if given[0] == "--config":
+        config = tmp_path / "loggers.yaml"
+        config.write_text(f"trainer:\n  logger: {given[1]}\n")  # one of a list, from a file
+        given = ["--config", str(config)]
+    root = small_synthetic("detect")
+    code = cli.main(["fit", "--data.root", str(root), *FAST, "--run.root", str(tmp_path), *given])
+    line = _one_error_line(capsys.readouterr().err, "fit")
+    assert code == 2 and says in line, line
 
 
 def test_a_broken_config_file_is_named_with_its_line(
@@ -210,6 +274,25 @@ def test_a_fit_that_trained_nothing_names_no_checkpoint_folder(tmp_path: Path) -
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
     assert f"checkpoints in {tmp_path / 'checkpoints'}" in done_line(None, tmp_path, 1.0)
+
+
+def test_a_resume_counts_as_finished_exactly_where_lightning_would_stop_it(
+    tmp_path: Path,
+) -> None:
+    """As ``_FitLoop.done``: the steps against max_steps first, then the epochs its fit loop
+    counts as run against max_epochs; -1 (or None) is no limit."""
+
+    def line(epochs: int, steps: int, max_epochs: int | None, max_steps: int = -1) -> str | None:
+        info = CheckpointInfo(Path("last.ckpt"), "detect", "yolo26n", {}, epochs, epochs, steps)
+        return finished_line(Resume(info, tmp_path), max_epochs, max_steps)
+
+    assert line(2, 10, 3) is None and line(2, 10, -1) is None and line(2, 10, None) is None
+    assert "already finished its 2 epochs (trainer.max_epochs 2)" in str(line(2, 10, 2))
+    assert "already finished its 10 steps (trainer.max_steps 10)" in str(line(2, 10, 5, 10))
+    assert line(2, 10, 5, 11) is None
+    assert "<the run's flags> --model.weights" in str(line(1, 1, 1))  # no config.yaml there
+    (tmp_path / "config.yaml").write_text("{}")
+    assert f"--config {tmp_path / 'config.yaml'} --model.weights" in str(line(1, 1, 1))
 
 
 def test_a_write_that_fills_the_disk_raises_disk_full_and_keeps_the_old_file(
@@ -336,9 +419,8 @@ def test_a_fit_without_validation_is_not_asked_whether_it_logged_its_monitor(
     """``--trainer.limit_val_batches 0`` is a fit without validation: Lightning's best-checkpoint
     hint ("did you call log()?") was printed there; the done line says the score is n/a."""
     root = small_synthetic("detect")
-    argv = ["fit", "--data.root", str(root), *FAST, "--run.root", str(tmp_path),
-            "--trainer.limit_val_batches", "0"]  # fmt: skip
-    assert cli.main(argv) == 0
+    base = ["--data.root", str(root), *FAST, "--run.root", str(tmp_path)]
+    assert cli.main(["fit", *overridden(base, "--trainer.limit_val_batches", "0")]) == 0
     assert not [w for w in recwarn if "could not find the monitored key" in str(w.message)]
 
 

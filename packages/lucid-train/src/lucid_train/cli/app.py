@@ -45,10 +45,11 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lucid_train.arg_types import ImageSide
 from lucid_train.atomic_files import write_text
+from lucid_train.cli.class_paths import instantiate_given
 from lucid_train.cli.command_errors import report as report_error
 from lucid_train.cli.config_files import check_config_files
 from lucid_train.cli.export import export_checkpoint
-from lucid_train.cli.fit_outcome import done_line
+from lucid_train.cli.fit_outcome import already_finished, done_line
 from lucid_train.cli.flags import (
     DEFAULT_IMG_SIZE,
     EPILOGS,
@@ -61,6 +62,7 @@ from lucid_train.cli.flags import (
     takes_bool,
     task_of,
 )
+from lucid_train.cli.parse_errors import LucidArgumentParser, warn_repeated_flags
 from lucid_train.cli.resume import CONFIG_FILE, Resume, latest_last_checkpoint, resume_argv
 from lucid_train.data import LucidDataModule
 from lucid_train.data.classes import model_classes
@@ -73,12 +75,7 @@ from lucid_train.tasks.module import YOLOModule, schema_arguments
 from lucid_train.tasks.restore import load_module
 from lucid_train.tasks.task_modules import module_class
 
-__all__ = [
-    "LucidCLI",
-    "RunConfig",
-    "main",
-    "resolve_precision",
-]
+__all__ = ["LucidCLI", "RunConfig", "main", "resolve_precision"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,6 +134,7 @@ class LucidCLI(LightningCLI):
             save_config_callback=RunConfig,
             seed_everything_default=0,
             parser_kwargs={"prog": "lucid", "description": __doc__.split("\n\n")[0]},
+            parser_class=LucidArgumentParser,  # errors in one line (`parse_errors`)
             args=list(args),
             auto_configure_optimizers=False,  # the module's recipe (lucid_train.tasks.recipe)
             load_from_checkpoint_support=False,  # checkpoints keep plain hyper-parameters
@@ -215,8 +213,7 @@ class LucidCLI(LightningCLI):
         self.config = config
 
     def _parse_ckpt_path(self) -> None:
-        """Nothing: LightningCLI would read the checkpoint's hyper-parameters into the config; a
-        resumed fit reads its run's config.yaml instead (`_resume_config`)."""
+        """Nothing: a resumed fit reads its run's config.yaml (`resume_argv`), not the hparams."""
 
     def _expand(self, argv: list[str]) -> list[str]:
         """``--model NAME`` (fit) -> ``--model.model NAME``; a boolean flag without a value
@@ -247,12 +244,13 @@ class LucidCLI(LightningCLI):
             else:
                 out.append(token)
             i += 1
+        warn_repeated_flags(sub, out[verb_at + 1 :])  # the parser keeps the last
         return out
 
     # -- building ----------------------------------------------------------------------------
 
     def instantiate_classes(self) -> None:
-        self.config_init = self.parser.instantiate(self.config)
+        self.config_init = instantiate_given(self.parser, self.config)  # `class_paths`
         verb = str(self.subcommand)
         cfg = self.config_init[verb]
         self.model: Any = None
@@ -359,6 +357,8 @@ class LucidCLI(LightningCLI):
         """``Trainer.fit``, stopping cleanly on SIGTERM (a scheduler's preemption, ``kill``)."""
         from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+        if already_finished(self.resume, self.trainer):
+            return  # said so; a fit that stops at once would still redraw the run's report
         start = time.perf_counter()
         try:
             self.trainer.fit(model, datamodule=datamodule, **kwargs)
@@ -491,9 +491,7 @@ def _kwargs(ns: Namespace) -> dict[str, Any]:
 
 
 def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 if __name__ == "__main__":  # pragma: no cover

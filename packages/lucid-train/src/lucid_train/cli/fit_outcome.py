@@ -1,15 +1,21 @@
 """The line a finished ``lucid fit`` prints: how long, the best score, where the checkpoints are.
 
-A fit that trained nothing (``--trainer.max_epochs 0``, or resumed at its last epoch) wrote no
-checkpoint: it says so rather than naming a folder that was never made.
+A fit that trained nothing (``--trainer.max_epochs 0``) wrote no checkpoint: it says so rather
+than naming a folder that was never made. A resume of a run that already reached its
+``max_epochs`` (or ``max_steps``) is not started at all (`already_finished`): Lightning would
+restore it, train nothing and still run the end-of-fit hooks, which redraw the run's report
+without the validation it was drawn from.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["done_line"]
+from lucid_train.cli.resume import CONFIG_FILE, Resume
+
+__all__ = ["already_finished", "done_line", "finished_line"]
 
 
 def done_line(checkpoint_callback: Any, run_dir: Path, wall_s: float) -> str:
@@ -24,3 +30,34 @@ def done_line(checkpoint_callback: Any, run_dir: Path, wall_s: float) -> str:
         f"lucid fit: done in {wall_s:.0f} s; best val/mAP50-95 (e2e box) {best_text}; "
         f"checkpoints in {folder}"
     )
+
+
+def finished_line(resume: Resume, max_epochs: int | None, max_steps: int) -> str | None:
+    """The line for a resume whose checkpoint already reached the Trainer's limits, as
+    Lightning's ``_FitLoop.done`` decides it (a limit of -1 is none), or None."""
+    info = resume.checkpoint
+    epochs, steps = info.epochs_run, info.global_step
+    max_epochs = -1 if max_epochs is None else max_epochs
+    if steps is not None and max_steps != -1 and steps >= max_steps:
+        reached = f"its {steps} step{'s' * (steps != 1)} (trainer.max_steps {max_steps})"
+    elif epochs is not None and max_epochs != -1 and epochs >= max_epochs:
+        reached = f"its {epochs} epoch{'s' * (epochs != 1)} (trainer.max_epochs {max_epochs})"
+    else:
+        return None
+    config = resume.run_dir / CONFIG_FILE
+    flags = f"--config {config}" if config.is_file() else "<the run's flags>"
+    return (
+        f"lucid fit: {resume.run_dir} already finished {reached} at {info.path.name}; nothing "
+        "trained, its checkpoints and metrics.csv left as they were. To train more, start a new "
+        f"run from its weights: lucid fit {flags} --model.weights {info.path.resolve()} "
+        "--trainer.max_epochs E (E: the epochs to train; --ckpt_path keeps the run's own limits)"
+    )
+
+
+def already_finished(resume: Resume | None, trainer: Any) -> bool:
+    """Whether ``resume`` already reached ``trainer``'s limits; if so rank 0 says so
+    (`finished_line`) and the fit is not started."""
+    line = resume and finished_line(resume, trainer.max_epochs, trainer.max_steps)
+    if line and trainer.is_global_zero:
+        print(line, file=sys.stdout)
+    return bool(line)

@@ -19,6 +19,7 @@ colour, so a few minutes of CPU training learn them visibly. Export to YOLO txt 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
@@ -35,6 +36,7 @@ from lucid_train.data.hard_scenes import HARD_CATEGORIES, hard_scene
 from lucid_train.data.polygons import polygon_area
 from lucid_train.data.records import Task
 from lucid_train.data.shapes import FIGURE_KEYPOINTS, FIGURE_SKELETON, bar_ring, place, stick_figure
+from lucid_train.errors import LucidError
 
 VERSION = 1  # the drawing: changing it changes every image (and seeds the generator)
 # The files written around the drawing; revision 2 numbers annotation ids uniquely (revision 1
@@ -71,6 +73,28 @@ def default_cache_dir() -> Path:
     if os.environ.get("LUCID_CACHE_DIR"):
         return Path(os.environ["LUCID_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lucid"
+
+
+class CacheFolderError(LucidError, OSError):
+    """The folder the synthetic sets are cached in cannot be created or written."""
+
+
+def _unwritable_cache(base: Path, err: OSError, given: bool) -> CacheFolderError:
+    """The error for a cache folder that cannot be written, naming the setting that put it there
+    (a read-only or missing HOME is not the run folder's fault)."""
+    fix = "set LUCID_CACHE_DIR to a folder you can write"
+    if given:
+        origin, fix = "--data.cache_dir", "pick a folder you can write with --data.cache_dir"
+    elif os.environ.get("LUCID_CACHE_DIR"):
+        origin = "LUCID_CACHE_DIR"
+    elif "XDG_CACHE_HOME" in os.environ:
+        origin = "$XDG_CACHE_HOME/lucid"
+    else:
+        origin, fix = f"~/.cache/lucid; HOME is {Path.home()}", f"{fix}, or make HOME writable"
+    return CacheFolderError(
+        f"cannot write {base}, the built-in synthetic set's cache folder ({origin}): "
+        f"{err.strerror or err}; {fix}, or train on your own data with --data.root"
+    )
 
 
 def _background(rng: np.random.Generator, w: int, h: int) -> Image.Image:
@@ -261,6 +285,10 @@ def synthetic_dataset(
 
     Generation writes to a temporary sibling and renames it into place, so a concurrent or
     interrupted run never leaves a half-written set behind.
+
+    Raises:
+        CacheFolderError: the cache folder cannot be created or written (named, with the
+            setting that chose it: ``cache_dir``, ``LUCID_CACHE_DIR`` or HOME).
     """
     if task not in _GENERATORS:
         raise ValueError(f"unknown task {task!r}; expected one of {sorted(_GENERATORS)}")
@@ -272,8 +300,13 @@ def synthetic_dataset(
     root = base / name
     if (root / "annotations" / "val.json").is_file():
         return root
-    base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=base))
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=base))
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise  # a full disk is said as such (`lucid_train.cli.command_errors`)
+        raise _unwritable_cache(base, err, given=cache_dir is not None) from None
     try:
         _write(task, tmp, seed, spec)
         try:

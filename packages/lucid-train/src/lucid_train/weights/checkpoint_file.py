@@ -186,6 +186,9 @@ class CheckpointInfo:
         hyper_parameters: the module's stored arguments.
         epoch: Lightning's ``epoch``: the epochs completed when it was written (the epoch a
             resumed run starts at), None when absent.
+        epochs_run: the epochs its fit loop counts as run (``processed``), which a resume
+            compares with ``max_epochs``; ``epoch`` when the file has no loop state.
+        global_step: the optimizer steps taken, which a resume compares with ``max_steps``.
     """
 
     path: Path
@@ -193,6 +196,8 @@ class CheckpointInfo:
     model: str
     hyper_parameters: dict[str, Any]
     epoch: int | None = None
+    epochs_run: int | None = None
+    global_step: int | None = None
 
 
 def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
@@ -223,8 +228,19 @@ def read_checkpoint_info(path: str | Path) -> CheckpointInfo:
             f"checkpoint {p}: its task {hp['task']!r:.40} is not its model {spec.name}'s "
             f"({spec.task}); the file was altered or written by another program"
         )
-    epoch = ckpt.get("epoch")
-    return CheckpointInfo(p, hp["task"], hp["model"], hp, int(epoch) if epoch is not None else None)
+    epoch = _count(ckpt, "epoch")
+    run = _count(ckpt, "loops", "fit_loop", "epoch_progress", "current", "processed")
+    return CheckpointInfo(
+        p, hp["task"], hp["model"], hp, epoch, epoch if run is None else run,
+        _count(ckpt, "global_step"),
+    )  # fmt: skip
+
+
+def _count(doc: Any, *keys: str) -> int | None:
+    """The whole number at ``doc[k1][k2]...``, None where the file has none."""
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return int(doc) if isinstance(doc, int) else None
 
 
 def check_task(info: CheckpointInfo, requested: Task | None, requested_model: str | None) -> None:
