@@ -261,7 +261,7 @@ def test_fit_reads_a_dota_folder_probed_or_named(
     import shutil
 
     from lucid_train.data import read_split
-    from lucid_train.data.dota import DOTA_V1_CLASSES
+    from lucid_train.data.formats.dota import DOTA_V1_CLASSES
     from lucid_train.data.rotated import rbox_corners
 
     coco = small_synthetic("obb")

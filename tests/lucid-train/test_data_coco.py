@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lucid_train.data.coco import clip_box, flip_index_from_names, read_coco
-from lucid_train.data.coco_documents import coco_document
 from lucid_train.data.dataset import EvalDataset
+from lucid_train.data.formats.coco import clip_box, flip_index_from_names, read_coco
+from lucid_train.data.formats.coco_documents import coco_document
 from lucid_train.data.image_io import CorruptImageError
 from lucid_train.data.records import DataFormatError
 

@@ -9,8 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lucid_train.data.coco import read_coco
-from lucid_train.data.dota import parse_label_txt, read_dota, tile_dota, tile_targets, tile_windows
+from lucid_train.data.formats.coco import read_coco
+from lucid_train.data.formats.dota import (
+    parse_label_txt,
+    read_dota,
+    tile_dota,
+    tile_targets,
+    tile_windows,
+)
 from lucid_train.data.polygons import polygon_area
 from lucid_train.data.records import DataFormatError
 

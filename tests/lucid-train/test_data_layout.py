@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from lucid_train.data.coco import read_coco
-from lucid_train.data.layout import LAYOUTS, LayoutError, read_split, resolve_layout
+from lucid_train.data.formats.coco import read_coco
+from lucid_train.data.formats.layout import LAYOUTS, LayoutError, read_split, resolve_layout
+from lucid_train.data.formats.yolo_txt import write_yolo
 from lucid_train.data.records import Task
-from lucid_train.data.yolo_txt import write_yolo
 
 
 def test_synthetic_cache_folder_is_coco_layout(small_synthetic: Callable[[Task], Path]) -> None:

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from lucid_train.data import DataFormatError, EmptySplitError, read_split
-from lucid_train.data.input_checks import F32_OVERFLOW, number_list
+from lucid_train.data.formats.input_checks import F32_OVERFLOW, number_list
 from lucid_train.data.records import Task
 
 

@@ -13,7 +13,7 @@ import pytest
 from lucid_train.data.augment import AugmentConfig
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import TrainDataset, buffer_length
-from lucid_train.data.layout import read_split
+from lucid_train.data.formats.layout import read_split
 from lucid_train.data.records import Task
 
 

@@ -26,8 +26,8 @@ from lucid_train.data.augment.render_cpu import render_cpu
 from lucid_train.data.augment.render_device import MAX_TILES, PixelBatch, pack_plans
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.formats.layout import read_split
 from lucid_train.data.image_io import CorruptImageError, EncodedImage, open_rgb, read_jpeg
-from lucid_train.data.layout import read_split
 from lucid_train.data.records import DatasetSchema, ImageRecord, Task
 from lucid_train.data.targets import Targets
 from lucid_train.data.transport import collate

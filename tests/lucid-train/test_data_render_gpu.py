@@ -15,8 +15,8 @@ from lucid_train.data.augment import AugmentConfig, HsvParams, jitter_levels
 from lucid_train.data.augment.render_device import pack_plans
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.formats.layout import read_split
 from lucid_train.data.image_io import EncodedImage, read_jpeg
-from lucid_train.data.layout import read_split
 from lucid_train.data.records import Task
 
 pytestmark = pytest.mark.gpu

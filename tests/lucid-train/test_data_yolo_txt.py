@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lucid_train.data.coco import read_coco
-from lucid_train.data.data_yaml import dump_data_yaml, parse_data_yaml
+from lucid_train.data.formats.coco import read_coco
+from lucid_train.data.formats.data_yaml import dump_data_yaml, parse_data_yaml
+from lucid_train.data.formats.yolo_txt import read_yolo, write_yolo
 from lucid_train.data.records import DataFormatError, Task
 from lucid_train.data.synthetic import main as synthetic_main
-from lucid_train.data.yolo_txt import read_yolo, write_yolo
 
 YAML = """# a comment
 path: .   # root

@@ -176,6 +176,30 @@ def test_lucid_train_imports_only_its_own_floor_and_those_below() -> None:
     assert not upward, upward
 
 
+# What a format's reader may build on: the records it fills and the geometry and image checks
+# below them. The loaders, augmentation and built-in sets sit above the readers.
+FORMATS = "lucid_train.data.formats"
+BELOW_FORMATS = frozenset(
+    f"lucid_train.data.{m}"
+    for m in ("records", "targets", "image_io", "polygons", "mask_rings", "masks", "rotated")
+)
+
+
+def test_the_format_readers_build_only_on_the_records_below_them() -> None:
+    """``data/formats`` reads files into records; nothing in it reaches the loaders,
+    augmentation or built-in sets of the floor above (``data/__init__`` re-exports both)."""
+    upward = [
+        f"{module} imports {target}"
+        for module, targets in sorted(_graph().items())
+        if module.startswith(FORMATS)
+        for target in sorted(targets)
+        if target.startswith("lucid_train.data")
+        and not target.startswith(FORMATS)
+        and target not in BELOW_FORMATS
+    ]
+    assert not upward, upward
+
+
 def test_no_source_file_is_longer_than_the_limit() -> None:
     files = sorted(SOURCES.glob("*/src/**/*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
     lengths = {str(f.relative_to(ROOT)): len(f.read_text().splitlines()) for f in files}

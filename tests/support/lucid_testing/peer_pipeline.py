@@ -40,7 +40,7 @@ from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.augment.render_cpu import render_cpu
 from lucid_train.data.augment.render_device import pack_plans
 from lucid_train.data.dataset import MosaicPool, TrainDataset, load_size
-from lucid_train.data.layout import read_split
+from lucid_train.data.formats.layout import read_split
 
 FILL = 114
 NAMES = ("box", "disc", "tri")

@@ -1,4 +1,5 @@
-"""Data: formats, the `Targets` record, augmentation, the DataModule and the synthetic sets.
+"""Data: the `Targets` record, the readers of each format (`formats`), augmentation (`augment`),
+the DataModule and the synthetic sets.
 
 Get batches for a task with `LucidDataModule` (``data=None`` uses the built-in synthetic set)::
 
@@ -8,19 +9,20 @@ Get batches for a task with `LucidDataModule` (``data=None`` uses the built-in s
 """
 
 from lucid_train.data.augment import AugmentConfig, LetterboxParams, TrainAugment
-from lucid_train.data.coco import read_coco
-from lucid_train.data.coco_documents import coco_document, write_coco
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset
-from lucid_train.data.dota import read_dota, tile_dota
-from lucid_train.data.image_io import CorruptImageError
-from lucid_train.data.layout import (
+from lucid_train.data.formats.coco import read_coco
+from lucid_train.data.formats.coco_documents import coco_document, write_coco
+from lucid_train.data.formats.dota import read_dota, tile_dota
+from lucid_train.data.formats.layout import (
     EmptySplitError,
     LayoutError,
     probe_layouts,
     read_split,
     resolve_layout,
 )
+from lucid_train.data.formats.yolo_txt import read_yolo, write_yolo
+from lucid_train.data.image_io import CorruptImageError
 from lucid_train.data.records import (
     DataFormatError,
     DatasetIndex,
@@ -32,7 +34,6 @@ from lucid_train.data.records import (
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.targets import Targets, TargetsError
 from lucid_train.data.transport import Batch, Sample, collate
-from lucid_train.data.yolo_txt import read_yolo, write_yolo
 
 __all__ = [
     "AugmentConfig",

@@ -28,7 +28,6 @@ from lucid_train.data.classes import (
     restrict_classes,
     unannotated_line,
 )
-from lucid_train.data.coco_documents import coco_document, scored_ground_truth
 from lucid_train.data.dataset import (
     MOSAIC_POOLS,
     WORKER_NICE,
@@ -39,14 +38,15 @@ from lucid_train.data.dataset import (
     worker_init,
 )
 from lucid_train.data.epoch_loader import EpochLoader
+from lucid_train.data.formats.coco_documents import coco_document, scored_ground_truth
+from lucid_train.data.formats.layout import Layout, read_split, refuse_unannotated
+from lucid_train.data.formats.yolo_txt import MissingLabels
 from lucid_train.data.image_io import Verify
-from lucid_train.data.layout import Layout, read_split, refuse_unannotated
 from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import TASKS, DatasetIndex, DatasetSchema, Task
 from lucid_train.data.render_choice import auto_render
 from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch, collate
-from lucid_train.data.yolo_txt import MissingLabels
 from lucid_train.distributed import device_batch_size
 from lucid_train.errors import check_range
 
@@ -57,7 +57,7 @@ class LucidDataModule(L.LightningDataModule):
     Args:
         task: ``detect``, ``segment``, ``pose`` or ``obb``.
         root: dataset folder (or YOLO ``data.yaml``); None uses the built-in synthetic set.
-        format: on-disk layout, or ``auto`` to probe (`lucid_train.data.layout`).
+        format: on-disk layout, or ``auto`` to probe (`lucid_train.data.formats.layout`).
         img_size: square canvas side of every batch (a multiple of 32).
         batch_size: images per optimizer-step batch over all devices together, the authors'
             ``batch``: each of ``N`` data-parallel ranks loads ``batch_size / N`` (which must
@@ -356,8 +356,9 @@ class LucidDataModule(L.LightningDataModule):
     def coco_ground_truth(self, stage: str = "val") -> dict[str, Any]:
         """COCO ground truth of a split for `lucid_train.evaluation.CocoEvaluator`: what the
         reader kept of the dataset's own JSON when it came from one
-        (`lucid_train.data.coco_documents.scored_ground_truth`), else built from the records. Built
-        once per split read: every later call returns the same document, not to be changed."""
+        (`lucid_train.data.formats.coco_documents.scored_ground_truth`), else built from the
+        records. Built once per split read: every later call returns the same document, not
+        to be changed."""
         index = self._index(stage)
         cached = self._ground_truth.get(stage)
         if cached is not None and cached[0] is index:

@@ -36,7 +36,7 @@ class ImageRecord:
         targets: its annotations in pixels of the stored image.
         scored: COCO reader only: the positions in the file's ``annotations`` list of what
             evaluation scores for this image: each target's annotation in target order, then
-            its crowd regions (`lucid_train.data.coco_documents.scored_ground_truth`).
+            its crowd regions (`lucid_train.data.formats.coco_documents.scored_ground_truth`).
     """
 
     image_id: int

@@ -322,8 +322,8 @@ def synthetic_dataset(
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m lucid_train.data.synthetic --task T [--cache DIR] [--yolo OUT]``."""
-    from lucid_train.data.coco import read_coco
-    from lucid_train.data.yolo_txt import write_yolo
+    from lucid_train.data.formats.coco import read_coco
+    from lucid_train.data.formats.yolo_txt import write_yolo
 
     parser = argparse.ArgumentParser(
         description="Generate a built-in synthetic set; optionally export it to YOLO txt."

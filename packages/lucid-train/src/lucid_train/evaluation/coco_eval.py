@@ -259,7 +259,7 @@ class CocoEvaluator:
 
     Args:
         ground_truth: a COCO document (the dataset's JSON, or
-            `lucid_train.data.coco_documents.coco_document`).
+            `lucid_train.data.formats.coco_documents.coco_document`).
         category_ids: the dataset category id of each contiguous label
             (`DatasetSchema.category_ids`).
         iou_types: which metrics to compute.

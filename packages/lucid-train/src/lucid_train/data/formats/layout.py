@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from lucid_train.data.coco import read_coco
-from lucid_train.data.dota import read_dota
+from lucid_train.data.formats.coco import read_coco
+from lucid_train.data.formats.dota import read_dota
+from lucid_train.data.formats.yolo_txt import MissingLabels, read_yolo
 from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify
 from lucid_train.data.records import DataFormatError, DatasetIndex, Task
-from lucid_train.data.yolo_txt import MissingLabels, read_yolo
 from lucid_train.errors import LucidError
 
 Layout = Literal["coco", "coco-split-folders", "yolo", "dota"]

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from lucid_train.data.coco import clip_box
-from lucid_train.data.input_checks import read_text
+from lucid_train.data.formats.coco import clip_box
+from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
 from lucid_train.data.rotated import rbox_corners
 

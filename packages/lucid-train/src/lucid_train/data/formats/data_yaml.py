@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from lucid_train.data.input_checks import read_text
+from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.records import DataFormatError
 
 _KEY = re.compile(r"^([A-Za-z0-9_\-]+)\s*:(.*)$")

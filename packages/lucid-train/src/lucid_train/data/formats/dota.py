@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from lucid_train.data.formats.input_checks import float32_finite, read_text
 from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, check_image, open_rgb
-from lucid_train.data.input_checks import float32_finite, read_text
 from lucid_train.data.polygons import clip_to_rect, polygon_area
 from lucid_train.data.records import (
     DataFormatError,

@@ -40,9 +40,9 @@ from typing import Any
 
 import numpy as np
 
-from lucid_train.data.coco_segmentation import annotation_ring
+from lucid_train.data.formats.coco_segmentation import annotation_ring
+from lucid_train.data.formats.input_checks import number_list, read_text
 from lucid_train.data.image_io import Verify, check_image, exif_turned
-from lucid_train.data.input_checks import number_list, read_text
 from lucid_train.data.records import (
     CLIP_NOTED_PX,
     CLIPPED,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from lucid_train.data.input_checks import number_list
+from lucid_train.data.formats.input_checks import number_list
 from lucid_train.data.mask_rings import RleError, rle_rings
 from lucid_train.data.polygons import merge_rings
 from lucid_train.data.records import LoadReport, Task

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.image_io import IMAGE_SUFFIXES
-from lucid_train.data.input_checks import read_text
 from lucid_train.data.records import DataFormatError, LoadReport
 
 __all__ = ["count_orphan_labels", "label_path", "split_images"]

@@ -35,9 +35,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from lucid_train.data.data_yaml import dump_data_yaml, read_data_yaml
+from lucid_train.data.formats.data_yaml import dump_data_yaml, read_data_yaml
+from lucid_train.data.formats.input_checks import read_text
+from lucid_train.data.formats.yolo_files import count_orphan_labels, label_path, split_images
 from lucid_train.data.image_io import Verify, check_image
-from lucid_train.data.input_checks import read_text
 from lucid_train.data.records import (
     CLIP_NOTED_PX,
     CLIPPED,
@@ -50,7 +51,6 @@ from lucid_train.data.records import (
 )
 from lucid_train.data.rotated import fit_rboxes, rbox_corners, rbox_envelopes
 from lucid_train.data.targets import Targets
-from lucid_train.data.yolo_files import count_orphan_labels, label_path, split_images
 
 MissingLabels = Literal["error", "skip", "background"]
 
