@@ -308,7 +308,7 @@ def main() -> int:
         "--random-only", action="store_true", help="only the random points after the fixed 15"
     )
     opts = parser.parse_args()
-    from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
+    from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dataset
 
     base = opts.work or Path(tempfile.mkdtemp(prefix="kill-anywhere-"))
     data = synthetic_dataset(

@@ -30,7 +30,7 @@ import torch
 import lucid_testing
 from lucid_testing.recorded_fit import held, release
 from lucid_testing.trainer_fits import flat_state, same
-from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
+from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.run.trainer import LOG_INTERVAL
 
 EPOCHS = 3

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
+from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dataset
 
 
 def _lucid(*args: str, cwd: Path) -> str:

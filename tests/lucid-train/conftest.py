@@ -14,8 +14,8 @@ import torch
 from PIL import Image
 
 from lucid_testing.mutations import apply_mutation
+from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.records import Task
-from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 
 SMALL = SyntheticSpec(num_train=12, num_val=6, min_side=128, max_side=192)
 

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from lucid_train.data.augment import AugmentConfig
+from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import WORKER_NICE, EpochSampler, worker_init
 from lucid_train.data.records import Task
-from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from lucid_train.data import SyntheticSpec, read_coco, synthetic_dataset
-from lucid_train.data.hard_scenes import HARD_CATEGORIES
+from lucid_train.data.builtin_sets.hard_scenes import HARD_CATEGORIES
 
 SPEC = SyntheticSpec.hard(num_train=10, num_val=2)
 

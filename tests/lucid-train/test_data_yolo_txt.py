@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lucid_train.data.builtin_sets.synthetic import main as synthetic_main
 from lucid_train.data.formats.coco import read_coco
 from lucid_train.data.formats.data_yaml import dump_data_yaml, parse_data_yaml
 from lucid_train.data.formats.yolo_txt import read_yolo, write_yolo
 from lucid_train.data.records import DataFormatError, Task
-from lucid_train.data.synthetic import main as synthetic_main
 
 YAML = """# a comment
 path: .   # root
@@ -259,7 +259,8 @@ def test_coco_to_yolo_txt_round_trip_gives_equal_targets(
 def test_synthetic_command_exports_yolo_txt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``python -m lucid_train.data.synthetic --yolo OUT`` writes a readable data.yaml."""
+    """``python -m lucid_train.data.builtin_sets.synthetic --yolo OUT`` writes a readable
+    data.yaml."""
     cache, out = str(tmp_path / "cache"), str(tmp_path / "y")
     synthetic_main(
         ["--task", "pose", "--cache", cache, "--yolo", out, "--num-train", "3", "--num-val", "2"]

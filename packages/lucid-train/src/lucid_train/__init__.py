@@ -9,7 +9,7 @@ below it, never one above (``tests/workspace/test_module_graph.py`` holds the or
 * ``atomic_files`` - files written whole or not at all.
 * ``distributed`` - data-parallel training: Lightning's DDP without its wrapper.
 * ``data`` - the `Targets` record, the readers of each format (``data.formats``), augmentation
-  (``data.augment``), the DataModule, the built-in sets.
+  (``data.augment``), the DataModule, the built-in sets (``data.builtin_sets``).
 * ``model_spec`` - model names (``yolo26<scale>[-seg|-pose|-obb]``) to scale and task.
 * ``evaluation`` - COCO metrics and the DOTA rotated protocol.
 * ``assign`` - which anchors learn from which ground truth (TAL and its task variants).

@@ -1,5 +1,5 @@
 """Data: the `Targets` record, the readers of each format (`formats`), augmentation (`augment`),
-the DataModule and the synthetic sets.
+the DataModule and the built-in synthetic sets (`builtin_sets`).
 
 Get batches for a task with `LucidDataModule` (``data=None`` uses the built-in synthetic set)::
 
@@ -9,6 +9,7 @@ Get batches for a task with `LucidDataModule` (``data=None`` uses the built-in s
 """
 
 from lucid_train.data.augment import AugmentConfig, LetterboxParams, TrainAugment
+from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.datamodule import LucidDataModule
 from lucid_train.data.dataset import EpochSampler, EvalDataset, TrainDataset
 from lucid_train.data.formats.coco import read_coco
@@ -31,7 +32,6 @@ from lucid_train.data.records import (
     LoadReport,
     Task,
 )
-from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.targets import Targets, TargetsError
 from lucid_train.data.transport import Batch, Sample, collate
 

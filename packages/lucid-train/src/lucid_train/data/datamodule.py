@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader
 
 from lucid_train.arg_types import ImageSide, NonNegativeInt, PositiveInt, check_image_side
 from lucid_train.data.augment.config import AugmentConfig
+from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.classes import (
     annotated_classes,
     check_split_classes,
@@ -45,7 +46,6 @@ from lucid_train.data.image_io import Verify
 from lucid_train.data.ram_cache import RamImages
 from lucid_train.data.records import TASKS, DatasetIndex, DatasetSchema, Task
 from lucid_train.data.render_choice import auto_render
-from lucid_train.data.synthetic import SyntheticSpec, synthetic_dataset
 from lucid_train.data.transport import Batch, collate
 from lucid_train.distributed import device_batch_size
 from lucid_train.errors import check_range

@@ -1,9 +1,9 @@
 """The drawing both synthetic sets share: placing objects apart, stick figures and bars.
 
-The built-in sets (`lucid_train.data.synthetic`) and the harder benchmark scenes
-(`lucid_train.data.hard_scenes`) draw their pose figures and rotated bars with these, with
-their own sizes, strokes and spacing; drawn with numpy's PCG64 and Pillow, so a seed gives the
-same pixels on any machine.
+The built-in sets (`lucid_train.data.builtin_sets.synthetic`) and the harder benchmark
+scenes (`lucid_train.data.builtin_sets.hard_scenes`) draw their pose figures and rotated bars
+with these, with their own sizes, strokes and spacing; drawn with numpy's PCG64 and Pillow, so
+a seed gives the same pixels on any machine.
 """
 
 from __future__ import annotations

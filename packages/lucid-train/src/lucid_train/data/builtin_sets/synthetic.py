@@ -13,7 +13,7 @@ read back through `read_coco`, the same path as user data.
 
 Objects are large (a fifth to a third of the image side) and the classes differ in shape and
 colour, so a few minutes of CPU training learn them visibly. Export to YOLO txt with
-``python -m lucid_train.data.synthetic --task detect --yolo OUT``.
+``python -m lucid_train.data.builtin_sets.synthetic --task detect --yolo OUT``.
 """
 
 from __future__ import annotations
@@ -32,10 +32,16 @@ from typing import Any, Literal
 import numpy as np
 from PIL import Image, ImageDraw
 
-from lucid_train.data.hard_scenes import HARD_CATEGORIES, hard_scene
+from lucid_train.data.builtin_sets.hard_scenes import HARD_CATEGORIES, hard_scene
+from lucid_train.data.builtin_sets.shapes import (
+    FIGURE_KEYPOINTS,
+    FIGURE_SKELETON,
+    bar_ring,
+    place,
+    stick_figure,
+)
 from lucid_train.data.polygons import polygon_area
 from lucid_train.data.records import Task
-from lucid_train.data.shapes import FIGURE_KEYPOINTS, FIGURE_SKELETON, bar_ring, place, stick_figure
 from lucid_train.errors import LucidError
 
 VERSION = 1  # the drawing: changing it changes every image (and seeds the generator)
@@ -53,8 +59,8 @@ BAR_ASPECTS = ((4.0, 6.0), (2.2, 3.2), (1.3, 1.7))
 @dataclass(frozen=True)
 class SyntheticSpec:
     """Size of a synthetic set: images per split, the range of image sides in pixels, and the
-    scenes: ``easy`` (the built-in sets) or ``hard`` (`lucid_train.data.hard_scenes`, the
-    benchmark sets that tell trainers apart; `SyntheticSpec.hard` has their sizes)."""
+    scenes: ``easy`` (the built-in sets) or ``hard`` (`lucid_train.data.builtin_sets.hard_scenes`,
+    the benchmark sets that tell trainers apart; `SyntheticSpec.hard` has their sizes)."""
 
     num_train: int = 400
     num_val: int = 100
@@ -321,7 +327,7 @@ def synthetic_dataset(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lucid_train.data.synthetic --task T [--cache DIR] [--yolo OUT]``."""
+    """``python -m lucid_train.data.builtin_sets.synthetic --task T [--cache DIR] [--yolo OUT]``."""
     from lucid_train.data.formats.coco import read_coco
     from lucid_train.data.formats.yolo_txt import write_yolo
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from lucid_train.data.shapes import bar_ring, place, stick_figure
+from lucid_train.data.builtin_sets.shapes import bar_ring, place, stick_figure
 
 __all__ = ["HARD_CATEGORIES", "hard_scene"]
 
