@@ -108,7 +108,7 @@ def test_print_config_fed_back_with_config_reproduces_the_runs_hyper_parameters(
 def test_a_resume_flag_that_contradicts_the_runs_config_is_refused_in_one_line(
     printed_run: PrintedRun, flags: list[str], shown: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    given = overridden(printed_run.flags, *flags)  # a flag given twice is refused
+    given = overridden(printed_run.flags, *flags)  # not a flag given twice (warned of)
     code = main(["fit", *given, "--ckpt_path", str(printed_run.last)])
     line = _one_line(capsys.readouterr().err)
     assert code == 2

@@ -95,7 +95,7 @@ def test_a_setting_out_of_its_range_ends_the_fit_with_one_line_naming_it(
     root = small_synthetic("detect")
     runs = tmp_path / "runs"
     base = ["--data.root", str(root), *FAST, "--run.root", str(runs)]
-    code = cli.main(["fit", *overridden(base, *flags)])  # a flag given twice is refused
+    code = cli.main(["fit", *overridden(base, *flags)])  # not a flag given twice (warned of)
     line = _one_error_line(capsys.readouterr().err, "fit")
     assert code == 2 and says in line, line
     assert not (tmp_path / "elsewhere").exists()
