@@ -91,18 +91,23 @@ def test_a_value_of_the_wrong_type_names_the_option_and_an_example(
     assert code == 2 and line == f"lucid fit: error: {says}", line
 
 
-def test_a_config_files_bad_key_or_value_is_named_as_the_file_spells_it(
+def test_a_config_files_bad_key_or_value_is_named_with_its_file_and_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key, value = tmp_path / "key.yaml", tmp_path / "value.yaml"
-    key.write_text("trainer:\n  max_epoch: 3\n")
-    value.write_text("data:\n  batch_size: abc\n")
+    """The key as the file spells it, at the file and line of the last ``--config`` that sets it
+    (later files override earlier ones). Was: the usage block, then "Group 'trainer' does not
+    accept ..." or "Parser key ...", naming no file."""
+    key, value, earlier = tmp_path / "key.yaml", tmp_path / "value.yaml", tmp_path / "early.yaml"
+    key.write_text("data:\n  batch_size: 4\ntrainer:\n  max_epoch: 3\n")
+    earlier.write_text("data:\n  batch_size: 8\n")
+    value.write_text("# the batch\ndata:\n  batch_size: abc\n")
     code, line = _refusal(["fit", *NO_DATA, "-c", str(key)], capsys)
     assert code == 2, line
-    assert "trainer.max_epochs?" in line and "a --config file sets trainer.max_epoch" in line, line
-    code, line = _refusal(["fit", *NO_DATA, "--config", str(value)], capsys)
+    assert f"--config {key}:4 sets trainer.max_epoch, not a setting of lucid fit" in line, line
+    assert "did you mean trainer.max_epochs?" in line, line
+    code, line = _refusal(["fit", *NO_DATA, "-c", str(earlier), "--config", str(value)], capsys)
     assert code == 2, line
-    assert "data.batch_size (from a --config file) is not a positive integer" in line, line
+    assert f"data.batch_size (from --config {value}:3) is not a positive integer" in line, line
     assert "invalid literal for int() with base 10: 'abc'" in line, line
     assert line.endswith("pass e.g. --data.batch_size 16"), line
 

@@ -16,7 +16,7 @@ from jsonargparse import get_loader
 
 from lucid_train.errors import LucidError
 
-__all__ = ["ConfigFileError", "check_config_files"]
+__all__ = ["ConfigFileError", "check_config_files", "where_set"]
 
 
 class ConfigFileError(LucidError, ValueError):
@@ -87,3 +87,32 @@ def _check_model_shorthand(path: Path, config: object, text: str) -> None:
         f"--model does; in a config it is the module's section: write 'model:' and under it "
         f"'  model: {name}'"
     )
+
+
+def where_set(argv: Sequence[str], key: str) -> str | None:
+    """``path:line`` of the last ``--config`` file in ``argv`` that sets the dotted ``key`` (the
+    one the parser read it from: later files override earlier ones), or None. The line is that
+    of the key's last part, found under its parent's line; a file that does not load is skipped
+    (`check_config_files` has named it already)."""
+    parts = key.split(".")
+    found = None
+    for path in _config_paths(argv):
+        try:
+            text = path.read_text(encoding="utf-8")
+            config = get_loader("yaml")(text)
+        except Exception:  # not a readable file: the parser's message stands
+            continue
+        node = config
+        for part in parts:
+            node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+        if node is _MISSING:
+            continue
+        line, lines = 0, text.splitlines()
+        for part in parts:  # each part's line after its parent's
+            named = re.compile(rf"\s*{re.escape(part)}\s*:")
+            line = next((i for i in range(line, len(lines)) if named.match(lines[i])), line)
+        found = f"{path}:{line + 1}"
+    return found
+
+
+_MISSING = object()

@@ -28,6 +28,8 @@ from typing import Any, Literal, NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lucid_train.cli.config_files import where_set
+
 __all__ = ["LucidArgumentParser", "short_message", "warn_repeated_flags"]
 
 # A type's name -> (what a value of it is, a value it takes); `_describe` and `_example`.
@@ -99,7 +101,9 @@ def short_message(parser: LightningArgumentParser, message: str) -> str:
     if setting:  # a config file's key
         near = _nearest(setting[1], [k[2:] for k in known if k.startswith("--")])
         hint = f"; did you mean {near}?" if near else ""
-        return f"a --config file sets {setting[1]}, not a setting of {prog}{hint} ({help_hint})"
+        where = where_set(getattr(parser, "args", None) or [], setting[1])
+        source = f"--config {where}" if where else "a --config file"
+        return f"{source} sets {setting[1]}, not a setting of {prog}{hint} ({help_hint})"
     missing = re.match(r"^the following arguments are required: (.*)$", message)
     if missing:
         verb = prog.split()[-1]
@@ -154,7 +158,8 @@ def _bad_value(parser: LightningArgumentParser, key: str, report: str) -> str:
     if any(t == flag or t.startswith((f"{flag}=", f"{flag}+", f"{flag}.")) for t in argv):
         shown = f"{flag}{value}"
     else:  # the key as a config file spells it
-        shown = f"{key}{value} (from a --config file)"
+        where = where_set(argv, key)
+        shown = f"{key}{value} (from --config {where or 'a file'})"
     what = f"is not {_describe(hint)}" if hint is not None else "is refused"
     why = f" ({'; '.join(dict.fromkeys(reasons))})" if reasons else ""
     example = _example(action)
