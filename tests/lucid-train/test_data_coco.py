@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -408,3 +409,38 @@ def test_one_file_under_two_image_ids_is_refused(tmp_path: Path, write_doc: Writ
     doc["images"].append({"id": 8, "file_name": "a.png", "width": 64, "height": 48})
     with pytest.raises(DataFormatError, match=r"images 7 and 8 both name 'a.png'; list each file"):
         read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")
+
+
+@pytest.mark.parametrize(
+    ("where", "doc"),
+    [
+        (
+            "images[0]: 'id'",
+            _doc([], images=[{"id": 2**70, "file_name": "a.png", "width": 64, "height": 48}]),
+        ),
+        ("annotations[0]: 'id'", _doc([_ann(2**63)])),
+        ("annotations[0]: 'image_id'", _doc([{**_ann(1), "image_id": -(2**63) - 1}])),
+        ("categories[0]: 'id'", _doc([], categories=[{"id": 2**64, "name": "cat"}])),
+    ],
+)
+def test_a_coco_id_past_int64_is_refused_naming_the_entry(
+    tmp_path: Path, write_doc: Writer, where: str, doc: dict[str, Any]
+) -> None:
+    """JSON integers have no bound, but ids travel as int64 (batches, evaluation): a larger one
+    is refused where it is read, naming the entry, not left to crash the run's first batch."""
+    with pytest.raises(DataFormatError, match=rf"{re.escape(where)} -?\d+ is past the 64-bit"):
+        read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")
+
+
+def test_a_coco_file_name_written_the_windows_way_is_refused_with_the_fix(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """Was: counted as a missing image, so a Windows export lost every image to the count; now
+    refused as YOLO image lists refuse such paths. A file whose name holds a backslash is read."""
+    doc = _doc([_ann(1)])
+    doc["images"][0]["file_name"] = "sub\\a.png"
+    refused = r"image 7: 'file_name' 'sub\\\\a.png' names no file.*Windows way.*forward slashes"
+    with pytest.raises(DataFormatError, match=refused):
+        read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")
+    (tmp_path / "img" / "a.png").rename(tmp_path / "img" / "sub\\a.png")
+    assert len(read_coco(tmp_path / "ann.json", tmp_path / "img", task="detect")) == 1

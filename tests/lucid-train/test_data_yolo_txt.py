@@ -12,7 +12,7 @@ import pytest
 from lucid_train.data.builtin_sets.synthetic import main as synthetic_main
 from lucid_train.data.formats.coco import read_coco
 from lucid_train.data.formats.data_yaml import dump_data_yaml, parse_data_yaml
-from lucid_train.data.formats.yolo_txt import read_yolo, write_yolo
+from lucid_train.data.formats.yolo_txt import MissingLabels, read_yolo, write_yolo
 from lucid_train.data.records import DataFormatError, Task
 
 YAML = """# a comment
@@ -280,3 +280,15 @@ def test_a_box_past_the_image_is_clipped_and_counted_once(
         index.records[0].targets.boxes, [[80, 20, 100, 30], [40, 20, 60, 30]]
     )
     assert index.report.counts == {"box more than 1 px outside the image: clipped to it": 1}
+
+
+@pytest.mark.parametrize("missing", ["error", "skip", "background"])
+def test_a_folder_in_place_of_a_label_file_is_refused_naming_it(
+    tmp_path: Path, write_image: Callable[..., Path], missing: MissingLabels
+) -> None:
+    """A folder where ``a.txt`` should be is not a missing label file: it is refused, naming it,
+    rather than reported as missing, skipped or read as a background image."""
+    data = _dataset(tmp_path, write_image, BASE, {"a": None, "b": "0 0.5 0.5 0.2 0.2\n"})
+    (tmp_path / "labels" / "train" / "a.txt").mkdir()
+    with pytest.raises(DataFormatError, match=r"a.txt: a folder where the label file of .*a.png"):
+        read_yolo(data, "train", task="detect", missing_labels=missing)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lucid_train.cli.command_errors import error_line
 from lucid_train.cli.predict import iter_images, predict_images
 from lucid_train.data import LucidDataModule
 from lucid_train.data.image_io import CorruptImageError
@@ -79,3 +81,47 @@ def test_a_folder_with_a_bad_file_predicts_the_rest_and_counts_it(
     (folder / "good.png").unlink()
     with pytest.raises(CorruptImageError, match=r"none of its 1 image\(s\) can be decoded"):
         predict_images(module, folder, tmp_path / "out2", conf=0.0)
+
+
+def _untrained_detector(root: Path) -> Any:
+    s = LucidDataModule("detect", root, img_size=64, batch_size=2, num_workers=0).schema
+    return module_class("detect")(
+        num_classes=s.num_classes, class_names=s.class_names, img_size=64, max_det=5
+    )
+
+
+def test_images_of_one_stem_each_keep_their_overlay(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Was: ``a.jpg`` beside ``a.png`` (or ``x/a.jpg`` and ``y/a.jpg``) wrote one ``a.jpg``
+    overlay over the other; each now has its own, named in its entry."""
+    root = small_synthetic("detect")
+    good = next(iter_images(root / "images" / "val")).read_bytes()
+    folder = tmp_path / "in"
+    for name in ("a.png", "x/a.png", "y/a.png"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(good)
+    (folder / "a.jpg").write_bytes(good)  # a PNG's bytes: decoded by its content
+    out = predict_images(_untrained_detector(root), folder, tmp_path / "out", conf=0.0)
+    entries = json.loads(out.read_text())
+    overlays = [e["overlay"] for e in entries]
+    assert overlays == ["a.jpg", "a.png.jpg", "x/a.jpg", "y/a.jpg"]
+    assert all((tmp_path / "out" / o).is_file() for o in overlays)
+
+
+def test_an_output_folder_that_is_a_file_is_one_line_naming_it(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Was: a traceback (FileExistsError from mkdir) for ``--out`` naming a file."""
+    root = small_synthetic("detect")
+    (tmp_path / "taken").write_text("")
+    image = next(iter_images(root / "images" / "val"))
+    for out in (tmp_path / "taken", tmp_path / "taken" / "sub"):
+        with pytest.raises(OSError) as caught:
+            predict_images(_untrained_detector(root), image, out)
+        assert f"cannot make the folder {out}: " in (error_line(caught.value) or "")
+
+
+def test_a_wildcard_source_is_told_to_pass_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"does not expand wildcards: pass the folder"):
+        list(iter_images(f"{tmp_path}/*.jpg"))

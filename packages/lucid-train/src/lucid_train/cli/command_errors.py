@@ -3,8 +3,9 @@
 `error_line` decides: a `lucid_train.errors.LucidError` (every reader's, checkpoint's, run
 folder's and writer's error joins that family), Lightning's refusal of a Trainer setting
 (``MisconfigurationException``: no GPU for ``--trainer.accelerator gpu``, a negative
-``--trainer.max_epochs``), a missing file, a full disk anywhere in the error's chain, or a
-folder the user may not write is printed as ``lucid <verb>: error: ...``.
+``--trainer.max_epochs``), a missing file, a full disk anywhere in the error's chain, a
+folder the user may not write, or a file standing where a folder is to be made is printed as
+``lucid <verb>: error: ...``.
 Anything else is a bug in lucid and keeps its traceback, for the bug report.
 
 An error raised in a DataLoader worker reaches the training process rebuilt by torch, its
@@ -25,6 +26,8 @@ __all__ = ["EXIT_USER_ERROR", "error_line", "report"]
 
 EXIT_USER_ERROR = 2
 _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+# mkdir of a path that is a file, or under one: the user named a file for a folder
+_FILE_IN_THE_WAY = (errno.EEXIST, errno.ENOTDIR)
 
 
 def _chain(err: BaseException) -> Iterator[BaseException]:
@@ -66,6 +69,12 @@ def error_line(err: BaseException) -> str | None:
         return (
             f"cannot write {err.filename}: {err.strerror}; pick a folder you can write "
             "(--run.root for a fit)"
+        )
+    if isinstance(err, OSError) and err.errno in _FILE_IN_THE_WAY and err.filename:
+        return (
+            f"cannot make the folder {err.filename}: {err.strerror} (a file stands where a "
+            "folder is needed); pick a folder that is not a file's path (--out, or --run.root "
+            "for a fit)"
         )
     return None
 

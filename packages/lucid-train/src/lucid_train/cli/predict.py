@@ -2,7 +2,9 @@
 
 Each image is letterboxed to the module's training size, decoded end to end (top-k of the
 one-to-one branch, no NMS), and mapped back to source pixels. Output in ``out_dir``:
-``predictions.json`` (one entry per image) and ``<stem>.jpg`` overlays drawn on the source image.
+``predictions.json`` (one entry per image, with its overlay's name) and ``<stem>.jpg`` overlays
+drawn on the source image, in the source folder's subfolders; an image whose stem another image
+of its folder already took (``a.jpg`` beside ``a.png``) gets ``<name>.jpg`` (``a.png.jpg``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,12 @@ def iter_images(source: str | Path) -> Iterator[Path]:
         yield p
         return
     if not p.is_dir():
-        raise FileNotFoundError(f"--source {p}: no such file or folder")
+        wildcard = (
+            "; lucid predict does not expand wildcards: pass the folder that holds the images"
+            if any(c in str(source) for c in "*?[")
+            else ""
+        )
+        raise FileNotFoundError(f"--source {p}: no such file or folder{wildcard}")
     found = sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
     if not found:
         raise FileNotFoundError(
@@ -95,6 +102,7 @@ def predict_images(
     results: list[dict[str, Any]] = []
     paths = list(iter_images(source))
     bad: list[str] = []
+    taken: set[Path] = set()
     for path in paths:
         try:
             image = open_rgb(path)
@@ -140,8 +148,10 @@ def predict_images(
                 size,
                 (image.height, image.width),
             )
-        save_image(draw_overlay(record, names, hp.get("skeleton", ())), out / f"{path.stem}.jpg")
-        results.append(_json_entry(path, image.size, record, names))
+        overlay = _overlay_name(path, source, taken)
+        (out / overlay).parent.mkdir(parents=True, exist_ok=True)
+        save_image(draw_overlay(record, names, hp.get("skeleton", ())), out / overlay)
+        results.append({**_json_entry(path, image.size, record, names), "overlay": str(overlay)})
     if bad and not results:
         raise CorruptImageError(
             f"--source {source}: none of its {len(paths)} image(s) can be decoded: "
@@ -156,6 +166,23 @@ def predict_images(
         )
     target = out / "predictions.json"
     return write_text(target, json.dumps(results, indent=1))
+
+
+def _overlay_name(path: Path, source: str | Path, taken: set[Path]) -> Path:
+    """``path``'s overlay, relative to the output folder: its place under the source folder
+    with the suffix ``.jpg``, else its whole name then ``.jpg`` (``a.png.jpg``) when an earlier
+    image took that, so no overlay overwrites another's."""
+    base = Path(source)
+    rel = path.relative_to(base) if base.is_dir() else Path(path.name)
+    name = rel.with_suffix(".jpg")
+    if name in taken:
+        name = rel.with_name(f"{rel.name}.jpg")
+    for n in range(2, len(taken) + 2):
+        if name not in taken:
+            break
+        name = rel.with_name(f"{rel.name}.{n}.jpg")
+    taken.add(name)
+    return name
 
 
 def _json_entry(

@@ -22,8 +22,9 @@ An extra per-annotation key ``difficult`` (written by DOTA tiling) sets `Targets
 Hard errors (the file is wrong): duplicate image or annotation ids, an annotation whose
 ``category_id`` is not in ``categories`` or whose ``image_id`` is not in ``images``, a keypoint
 list of the wrong length, and any field of the wrong type (an id that is not an integer, a
-``bbox`` that is not four finite numbers, a size that is not a positive integer, ...): each names
-the file, the entry (``annotations[3]``) and the fix.
+``bbox`` that is not four finite numbers, a size that is not a positive integer, an id past the
+64-bit integer range, ...), and a ``file_name`` written the Windows way (backslashes) that names
+no file: each names the file, the entry (``annotations[3]``) and the fix.
 Counted skips: crowd regions, empty boxes (after clipping to the image), rings with fewer than 3
 points or an odd count of coordinates (or not 4 points for obb), RLE masks that do not decode as
 their image's (segment; obb reads polygons only), missing / unreadable image files. Counted, not
@@ -57,6 +58,7 @@ from lucid_train.data.rotated import fit_rboxes, rbox_envelopes
 from lucid_train.data.targets import Targets
 
 _UNIT_BOX_MIN_SIDE = 8  # images this small may hold only sub-pixel objects: not judged
+_INT64_BOUND = 2**63
 
 
 def _entries(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
@@ -75,13 +77,20 @@ def _entries(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
 
 
 def _int(entry: dict[str, Any], key: str, where: str, *, positive: bool = False) -> int:
-    """An integer field (an integral float such as ``3.0`` is accepted; bools are not)."""
+    """An integer field (an integral float such as ``3.0`` is accepted; bools are not), within
+    int64: ids travel as int64 tensors and arrays (batches, evaluation), and JSON's integers
+    have no bound, so a larger one is refused here rather than crashing a run later."""
     if key not in entry:
         raise DataFormatError(f"{where}: missing '{key}'; add it")
     v = entry[key]
     ok = isinstance(v, int) and not isinstance(v, bool)
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
         v, ok = int(v), True
+    if ok and not -_INT64_BOUND <= v < _INT64_BOUND:
+        raise DataFormatError(
+            f"{where}: '{key}' {v} is past the 64-bit integer range (±2^63) ids are kept in; "
+            "number the entries with smaller integers"
+        )
     if not ok or (positive and v <= 0):
         kind = "a positive integer" if positive else "an integer"
         raise DataFormatError(f"{where}: '{key}' must be {kind}, got {v!r:.40}")
@@ -261,6 +270,12 @@ def read_coco(
             )
         width, height = _int(im, "width", at, positive=True), _int(im, "height", at, positive=True)
         path = images_dir / name
+        if not path.is_file() and "\\" in name:
+            # A Windows export: every image would be skipped as missing (as YOLO image lists).
+            raise DataFormatError(
+                f"{at}: 'file_name' {name!r:.80} names no file and is written the Windows way "
+                f"(backslashes); write it relative to {images_dir} with forward slashes (sub/a.jpg)"
+            )
         if not path.is_file():
             report.skip("missing image file", str(path))
             continue

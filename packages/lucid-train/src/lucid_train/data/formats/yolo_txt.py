@@ -17,9 +17,10 @@ Values up to `SLACK` outside ``[0, 1]`` are clipped and counted, as the authors'
 them; further out they are refused, naming the file and line. Boxes are clipped to the image.
 An empty label file is a background image; a *missing* label file is an error by default
 (``missing_labels`` chooses ``skip`` or ``background`` instead, both counted in the load
-report). A box without area (zero width or height) is skipped and counted, as the COCO reader
-does; so is a label file under ``labels/`` that no image of the split has. An image listed
-twice (a folder named twice, a repeated line) is read once, and an image whose label file another
+report); a folder where the label file should be is an error whatever ``missing_labels`` says.
+A box without area (zero width or height) is skipped and counted, as the COCO reader does; so
+is a label file under ``labels/`` that no image of the split has. An image listed twice (a
+folder named twice, a repeated line) is read once, and an image whose label file another
 image of the split already took (``a.jpg`` beside ``a.png``) is skipped; both counted. Folders
 are walked through symbolic links to folders.
 """
@@ -175,6 +176,11 @@ def read_yolo(
             report.skip(size, str(image))
             continue
         lbl = label_path(image)
+        if lbl.is_dir():  # not a missing label file: neither skipped nor read as background
+            raise DataFormatError(
+                f"{lbl}: a folder where the label file of {image} should be; move the folder "
+                "away and write the image's label file there (an empty one for a background image)"
+            )
         if not lbl.is_file():
             if missing_labels == "error":
                 raise DataFormatError(
