@@ -97,3 +97,21 @@ def test_tile_dota_writes_a_coco_layout_the_reader_serves(
     assert first.rboxes is not None
     assert first.labels.tolist() == [0, 1]
     np.testing.assert_allclose(first.rboxes[0, :4], [30, 20, 40, 20], atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["missing", "folder"])
+def test_a_label_file_missing_or_a_folder_in_its_place_is_named_as_such(
+    kind: str, tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Both refused (DOTA ships a file per image); a folder in the label file's place was called
+    a missing file."""
+    write_image(tmp_path / "dota" / "train" / "images" / "P0001.png", width=64, height=64)
+    label = tmp_path / "dota" / "train" / "labelTxt" / "P0001.txt"
+    label.parent.mkdir(parents=True)
+    if kind == "folder":
+        label.mkdir()
+    said = (
+        "a folder stands in place of the label file" if kind == "folder" else "label file missing"
+    )
+    with pytest.raises(DataFormatError, match=f"P0001.txt: {said} of .*P0001.png"):
+        read_dota(tmp_path / "dota", "train", class_names=("plane",))

@@ -113,9 +113,13 @@ def read_dota(
     for image in sorted(p for p in img_dir.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES):
         lbl = lbl_dir / (image.stem + ".txt")
         if not lbl.is_file():
+            what = (
+                "a folder stands in place of the label file"
+                if lbl.is_dir()
+                else "label file missing"
+            )
             raise DataFormatError(
-                f"{lbl}: label file missing for {image}; "
-                "DOTA has one per image (empty = background)"
+                f"{lbl}: {what} of {image}; DOTA has one file per image (empty = background)"
             )
         size = check_image(image, "header" if verify == "none" else verify)
         if isinstance(size, str):
