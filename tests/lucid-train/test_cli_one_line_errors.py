@@ -49,6 +49,8 @@ def _one_error_line(err: str, verb: str) -> str:
         ("--data.img_size", "-64", "multiple of 32"),  # was: "expected a whole number"
         ("--data.num_workers", "-1", "NonNegativeInt"),
         ("--trainer.limit_train_batches", "-1", "NonNegativeInt"),
+        # was: a fit to its first convolution, then torch's "Input type ... weight type" traceback
+        ("--trainer.precision", "64-true", "one of auto, 32-true,"),
     ],
 )
 def test_an_out_of_range_flag_is_refused_while_parsing(
@@ -78,6 +80,17 @@ def test_an_out_of_range_flag_is_refused_while_parsing(
         (["--model.loss_capacity", "0"], "loss_capacity (--model.loss_capacity): expected >= 1"),
         (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1"),
         (["--run.name", "../elsewhere"], "--run.name '../elsewhere': expected one folder's name"),
+        # was: jsonargparse's "Does not validate against any of the Union subtypes" traceback
+        (["--data.augment.mosaic", "2"],
+         "mosaic (--data.augment.mosaic): expected a probability in [0, 1], got 2"),
+        (["--data.augment.fliplr", "1.5"], "(--data.augment.fliplr): expected a probability"),
+        (["--data.augment.hsv_h", "-1"], "hsv_h (--data.augment.hsv_h): expected >= 0, got -1"),
+        (["--data.augment.scale", "5"], "(--data.augment.scale): expected >= 0 and < 1"),
+        (["--data.augment.close_mosaic", "-1"],
+         "close_mosaic (--data.augment.close_mosaic): expected >= 0, got -1"),
+        (["--data.augment.fill", "300"], "fill (--data.augment.fill): expected >= 0 and <= 255"),
+        (["--seed_everything", "-1"],  # was: Lightning's ValueError traceback after parsing
+         "--seed_everything -1: expected a seed from 0 to 4294967295"),
         (["--model", "yolo26n-seg", "--data.task", "detect"],  # was: the parser's link, quoted
          "--data.task: a fit trains its model's task"),
     ],
@@ -273,7 +286,28 @@ def test_a_fit_that_trained_nothing_names_no_checkpoint_folder(tmp_path: Path) -
     assert "nothing trained, no checkpoint written" in line and "checkpoints in" not in line
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
-    assert f"checkpoints in {tmp_path / 'checkpoints'}" in done_line(None, tmp_path, 1.0)
+    line = done_line(None, tmp_path, 1.0)
+    assert f"last.ckpt in {tmp_path / 'checkpoints'}" in line
+
+
+def test_a_fit_that_never_validated_says_so_and_that_no_best_checkpoint_was_written(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--trainer.check_val_every_n_epoch`` past the run's epochs (or ``limit_val_batches 0``,
+    a ``max_steps`` before the first validation): was "best val/mAP50-95 (e2e box) n/a;
+    checkpoints in ...", a folder with last.ckpt only."""
+    root = small_synthetic("detect")
+    runs = tmp_path / "runs"
+    argv = ["fit", "--data.root", str(root), *FAST, "--run.root", str(runs),
+            "--trainer.check_val_every_n_epoch", "5"]  # fmt: skip
+    assert cli.main(argv) == 0
+    folder = runs / "detect" / "train" / "checkpoints"
+    assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt"]
+    out = capsys.readouterr().out
+    assert "no validation ran, so no best.ckpt" in out and "check_val_every_n_epoch" in out
+    assert f"last.ckpt in {folder}" in out and "n/a" not in out
+    (folder / "best.ckpt").write_bytes(b"x")  # a resumed run's earlier best: named as before
+    assert f"checkpoints in {folder}" in done_line(None, folder.parent, 1.0)
 
 
 def test_a_resume_counts_as_finished_exactly_where_lightning_would_stop_it(

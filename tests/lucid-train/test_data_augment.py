@@ -366,7 +366,7 @@ def test_per_scale_policy_and_close_mosaic_settings() -> None:
     )
     with pytest.raises(ValueError, match="unknown model variant 'q'"):
         AugmentConfig.for_variant("q")
-    with pytest.raises(ValueError, match="fliplr: expected a probability"):
+    with pytest.raises(ValueError, match=r"fliplr \(--data.augment.fliplr\): expected a prob"):
         AugmentConfig(fliplr=2.0)
 
 

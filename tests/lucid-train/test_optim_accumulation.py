@@ -8,6 +8,7 @@ across epochs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,20 @@ def test_the_trainer_and_the_module_cannot_both_accumulate(
 ) -> None:
     with pytest.raises(ValueError, match="leave the Trainer's at 1"):
         _fit(small_synthetic("detect"), tmp_path, "auto", accumulate_grad_batches=2)
+
+
+@pytest.mark.slow
+def test_an_accumulation_past_the_runs_batches_is_capped_and_the_cap_is_said(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The authors' cap at the run's batch count (``--trainer.accumulate_grad_batches 100`` on
+    a 6-batch run steps once, at its last batch). Was: "accumulation 6 (nominal batch 24)",
+    the 100 asked for changed without a word."""
+    with caplog.at_level(logging.INFO):
+        module, _, spy = _fit(small_synthetic("detect"), tmp_path, 100)
+    assert module.accumulation is not None and module.accumulation.nominal == 6
+    assert spy.stepped == [5]
+    assert "accumulation 6 (nominal batch 24), capped from 100 at the run's 6" in caplog.text
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """The line a finished ``lucid fit`` prints: how long, the best score, where the checkpoints are.
 
 A fit that trained nothing (``--trainer.max_epochs 0``) wrote no checkpoint: it says so rather
-than naming a folder that was never made. A resume of a run that already reached its
+than naming a folder that was never made. A fit that never validated (validation off, every n
+epochs past the run, a step or time limit first) wrote no ``best.ckpt``: it says so and why,
+rather than "best n/a". A resume of a run that already reached its
 ``max_epochs`` (or ``max_steps``) is not started at all (`already_finished`): Lightning would
 restore it, train nothing and still run the end-of-fit hooks, which redraw the run's report
 without the validation it was drawn from.
@@ -25,6 +27,13 @@ def done_line(checkpoint_callback: Any, run_dir: Path, wall_s: float) -> str:
     if not written:
         return f"lucid fit: done in {wall_s:.0f} s; nothing trained, no checkpoint written"
     best = getattr(checkpoint_callback, "best_model_score", None)
+    if best is None and not (folder / "best.ckpt").is_file():
+        return (
+            f"lucid fit: done in {wall_s:.0f} s; no validation ran, so no best.ckpt "
+            "(--trainer.limit_val_batches 0, --trainer.check_val_every_n_epoch past the run's "
+            "epochs, or --trainer.max_steps / max_time ending it before the first); last.ckpt "
+            f"in {folder}; lucid validate --ckpt {folder / 'last.ckpt'} scores it"
+        )
     best_text = "n/a" if best is None else f"{float(best):.4f}"
     return (
         f"lucid fit: done in {wall_s:.0f} s; best val/mAP50-95 (e2e box) {best_text}; "

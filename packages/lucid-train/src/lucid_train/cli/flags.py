@@ -55,7 +55,9 @@ EPILOGS: dict[str, str] = {
         "--ckpt_path last.ckpt (resume) [resume] | --print_config (the whole config as YAML)"
     ),
 }
-Precision = Literal["auto", "64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
+# No 64-true: the images reach the network as float32 whatever the precision, so a double
+# model stopped at its first convolution with torch's "Input type ... and weight type" traceback.
+Precision = Literal["auto", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
 # The main job's defaults (assumptions.md T61): small canvas and a short run sized for a 2-core CPU.
 DEFAULT_IMG_SIZE = 320
 DEFAULT_EPOCHS = 6

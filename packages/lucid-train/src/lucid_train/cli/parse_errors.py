@@ -13,6 +13,9 @@ the user's own command line, naming both values (the parser's own re-parses, whi
 ``--config`` or ``--ckpt_path``, are not checked). The last value still wins: later arguments
 override earlier ones in LightningCLI, and scripts that append one override to a base list of
 flags rely on it. ``--config`` files stack and a flag overrides them, as before.
+
+A ``--seed_everything`` outside numpy's range (`check_seed`) is refused once parsed, naming the
+flag; Lightning raised it later as a traceback.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ from typing import Any, Literal, NoReturn
 from lightning.pytorch.cli import LightningArgumentParser
 
 from lucid_train.cli.config_files import where_set
+from lucid_train.errors import LucidError
 
-__all__ = ["LucidArgumentParser", "short_message", "warn_repeated_flags"]
+__all__ = ["LucidArgumentParser", "check_seed", "short_message", "warn_repeated_flags"]
 
 # A type's name -> (what a value of it is, a value it takes); `_describe` and `_example`.
 _TYPE_WORDS: dict[str, tuple[str, str]] = {
@@ -59,8 +63,16 @@ _LINK = re.compile(
 )
 
 
+SEED_RANGE = (0, 2**32 - 1)  # numpy's, which Lightning's seed_everything enforces
+
+
 class LucidArgumentParser(LightningArgumentParser):
     """LightningCLI's parser, whose errors are one line (module docstring)."""
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
+        config = super().parse_args(*args, **kwargs)
+        check_seed(config)
+        return config
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         if not self.exit_on_error or os.environ.get("JSONARGPARSE_DEBUG"):
@@ -69,6 +81,19 @@ class LucidArgumentParser(LightningArgumentParser):
         prog = parser.prog.replace(" [options]", "")
         sys.stderr.write(f"{prog}: error: {short_message(parser, message)}\n")
         self.exit(2)
+
+
+def check_seed(config: Any) -> None:
+    """Refuse a ``--seed_everything`` outside numpy's range, naming the flag (Lightning raised
+    it as a ValueError traceback after parsing: "-1 is not in bounds")."""
+    verb = config.get("subcommand") if hasattr(config, "get") else None
+    seed = (config.get(verb) or {}).get("seed_everything") if verb else None
+    low, high = SEED_RANGE
+    if isinstance(seed, int) and not isinstance(seed, bool) and not low <= seed <= high:
+        raise LucidError(
+            f"--seed_everything {seed}: expected a seed from {low} to {high} (numpy's range), "
+            "or true for a random one; pass e.g. --seed_everything 0"
+        )
 
 
 def _verb_parser(parser: Any, ex: Exception | None) -> Any:

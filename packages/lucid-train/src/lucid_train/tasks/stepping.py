@@ -94,11 +94,12 @@ class SteppingModule(L.LightningModule):
         )
         unused = " and ".join(unused_by_auto(config))
         note = f" ({unused} not used: name an optimizer to set them)" if unused else ""
+        plan = _describe_accumulation(self.accumulation, lightning_accumulate, batch_size, nominal)
         # logged, not `self.print`: no progress bar is active yet, and the bar's print drops it
         rank_zero_info(
             f"optimizer: {choice.name}(lr={choice.lr}, momentum={choice.momentum})"
             f"{' chosen by optimizer=auto' if config.optimizer == 'auto' else ''}{note}; "
-            f"{_describe_accumulation(self.accumulation, lightning_accumulate, batch_size)}"
+            f"{plan}"
         )
         # weight decay scales with the nominal batch before the cap, as the authors' (T45)
         optimizer = build_optimizer(
@@ -224,7 +225,7 @@ def _grad_scaler(trainer: L.Trainer) -> Any:
 
 
 def _describe_accumulation(
-    plan: AccumulationPlan | None, lightning_accumulate: int, batch_size: int
+    plan: AccumulationPlan | None, lightning_accumulate: int, batch_size: int, asked: int
 ) -> str:
     if plan is None:
         nominal = batch_size * lightning_accumulate
@@ -234,7 +235,13 @@ def _describe_accumulation(
         if plan.ramped and plan.warmup_batches
         else ""
     )
-    return f"accumulation {plan.nominal} (nominal batch {batch_size * plan.nominal}){ramp}"
+    # the authors' cap at the run's batches: said, not a setting changed without a word
+    capped = (
+        f", capped from {asked} at the run's {plan.nominal} training batches"
+        if asked > plan.nominal
+        else ""
+    )
+    return f"accumulation {plan.nominal} (nominal batch {batch_size * plan.nominal}){capped}{ramp}"
 
 
 def _batch_size(trainer: L.Trainer) -> int:

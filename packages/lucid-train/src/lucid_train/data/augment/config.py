@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
+from lucid_train.errors import SettingError, check_range
+
 HsvRule = Literal["matrix", "authors"]
 
 _SCALE_POLICY: dict[str, tuple[float, float, float]] = {
@@ -22,6 +24,15 @@ _SCALE_POLICY: dict[str, tuple[float, float, float]] = {
     "l": (0.9, 0.1, 0.5),
     "x": (0.9, 0.2, 0.6),
 }
+
+
+def _flag(name: str) -> str:
+    return f"--data.augment.{name}"
+
+
+def _spelled(name: str) -> str:
+    """``mosaic (--data.augment.mosaic)``: the field and its flag, as `check_range` names them."""
+    return f"{name} ({_flag(name)})"
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,8 @@ class AugmentConfig:
     hsv_rule: HsvRule = "matrix"
 
     def __post_init__(self) -> None:
+        # each refused naming its flag (`SettingError`, a ValueError): the command line gives
+        # one ``lucid fit: error:`` line, not jsonargparse's "Union subtypes" traceback
         for name in (
             "fliplr",
             "mosaic",
@@ -76,7 +89,7 @@ class AugmentConfig:
         ):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
-                raise ValueError(f"AugmentConfig.{name}: expected a probability in [0, 1], got {v}")
+                raise SettingError(f"{_spelled(name)}: expected a probability in [0, 1], got {v:g}")
         for name in (
             "hsv_h",
             "hsv_s",
@@ -86,20 +99,19 @@ class AugmentConfig:
             "scale",
             "shear",
             "min_size",
+            "close_mosaic",
         ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"AugmentConfig.{name}: expected >= 0, got {getattr(self, name)}")
+            check_range(name, getattr(self, name), low=0.0, flag=_flag(name))
+        check_range("fill", self.fill, low=0.0, high=255.0, flag=_flag("fill"))
         if self.scale >= 1.0:
-            raise ValueError(
-                f"AugmentConfig.scale: expected < 1 (the gain 1 ± scale must stay positive), "
-                f"got {self.scale}"
+            raise SettingError(
+                f"{_spelled('scale')}: expected >= 0 and < 1 (the gain 1 ± scale must stay "
+                f"positive), got {self.scale:g}"
             )
-        if self.close_mosaic < 0:
-            raise ValueError(f"AugmentConfig.close_mosaic: expected >= 0, got {self.close_mosaic}")
         rules = get_args(HsvRule)
         if self.hsv_rule not in rules:
-            raise ValueError(
-                f"AugmentConfig.hsv_rule: expected one of {rules}, got {self.hsv_rule!r}"
+            raise SettingError(
+                f"{_spelled('hsv_rule')}: expected one of {rules}, got {self.hsv_rule!r}"
             )
 
     def min_visible_for(self, polygons: bool) -> float:
