@@ -15,6 +15,7 @@ from typing import Any
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lucid_train.cli.command_errors import error_chain
 from lucid_train.errors import LucidError
 
 __all__ = ["MissingPackageError", "instantiate_given"]
@@ -42,7 +43,7 @@ def instantiate_given(parser: LightningArgumentParser, config: Namespace) -> Nam
         built: Namespace = parser.instantiate(config)
     except ValueError as err:
         # one class of a list is reported inside the union's text, not as a chained error
-        found = next((m for e in _chain(err) if (m := _MISSING.search(str(e)))), None)
+        found = next((m for e in error_chain(err) if (m := _MISSING.search(str(e)))), None)
         if found is None:
             raise
         raise MissingPackageError(_line(config, found)) from None
@@ -85,12 +86,3 @@ def _class_paths(value: Any) -> Iterator[str]:
             yield from _class_paths(item)
     elif isinstance(value, Namespace) and "class_path" in value:
         yield str(value["class_path"])
-
-
-def _chain(err: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__

@@ -22,7 +22,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from lucid_train.errors import LucidError
 
-__all__ = ["EXIT_USER_ERROR", "error_line", "report"]
+__all__ = ["EXIT_USER_ERROR", "error_chain", "error_line", "report"]
 
 EXIT_USER_ERROR = 2
 _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
@@ -30,7 +30,8 @@ _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 _FILE_IN_THE_WAY = (errno.EEXIST, errno.ENOTDIR)
 
 
-def _chain(err: BaseException) -> Iterator[BaseException]:
+def error_chain(err: BaseException) -> Iterator[BaseException]:
+    """``err``, then each error it was raised from or during (cause, else context), once each."""
     seen: set[int] = set()
     current: BaseException | None = err
     while current is not None and id(current) not in seen:
@@ -52,7 +53,7 @@ def _message(err: BaseException) -> str:
 
 def error_line(err: BaseException) -> str | None:
     """The one line that reports ``err`` to the user, or None when it is a bug (traceback)."""
-    for link in _chain(err):
+    for link in error_chain(err):
         if isinstance(link, LucidError):
             return _message(link)
         if isinstance(link, MisconfigurationException):
