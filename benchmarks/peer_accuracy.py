@@ -129,6 +129,15 @@ def main(argv: list[str] | None = None) -> None:
         "from an earlier one, or new arms beside the sides of a finished run",
     )
     parser.add_argument(
+        "--peer-from",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="train our arms only and pair each seed with the peer's values of the same task, "
+        "set, path, metric and seed in these runs' JSONs (an A/B of our options against a "
+        "committed peer run; the per-seed tables are left out)",
+    )
+    parser.add_argument(
         "--rescore",
         action="store_true",
         help="train nothing: make the validation rows of the finished runs in --out again with "
@@ -179,9 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     for task in tasks:
         for set_name in sets:
             for seed in seeds:  # a seed's sides next to each other: they finish together
-                sides = [("peer", ["--peer-only"])] + [
-                    (f"acc{a}", ["--ours-only", "--ours-accumulate", a]) for a in arms
-                ]
+                sides = [] if args.peer_from else [("peer", ["--peer-only"])]
+                sides += [(f"acc{a}", ["--ours-only", "--ours-accumulate", a]) for a in arms]
                 for side, flags in sides:
                     name = run_name(task, set_name, side, seed, seeds)
                     if args.keep and _report(args.out / name) is not None:
@@ -257,7 +265,9 @@ def _write_tables(
 
     per_seed: list[dict[str, Any]] = []
     tables: list[str] = []
-    for task in tasks:
+    if args.peer_from:
+        per_seed = _rows_beside_committed_peer(args, tasks, sets, arms, seeds)
+    for task in tasks if not args.peer_from else []:
         for set_name in sets:
             for seed in seeds:
                 peer = _report(args.out / run_name(task, set_name, "peer", seed, seeds))
@@ -286,6 +296,43 @@ def _write_tables(
     (args.out / "peer-accuracy.md").write_text(text + "\n")
     if echo:
         print(text)
+
+
+def _set_name(label: str) -> str:
+    """A row's set without its build tag (``skimage-shapes (skimage-shapes-s0-v2; ...)``)."""
+    return label.split(" (")[0]
+
+
+def _rows_beside_committed_peer(
+    args: argparse.Namespace, tasks: list[str], sets: list[str], arms: list[str], seeds: list[int]
+) -> list[dict[str, Any]]:
+    """``--peer-from``: each finished arm's per-seed rows with the ``ultralytics*`` values of the
+    committed run's row of the same task, set, path, metric and seed (``peer_source`` names it);
+    a seed the committed runs lack is left out."""
+    import peer_tables
+
+    committed: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for path in args.peer_from:
+        for row in json.loads(path.read_text())["seed_rows"]:
+            key = (row["task"], _set_name(row["set"]), row["path"], row["metric"],
+                   int(row["seed"]))  # fmt: skip
+            committed[key] = {**row, "source": path.name}
+    rows: list[dict[str, Any]] = []
+    for task, set_name, seed in ((t, x, s) for t in tasks for x in sets for s in seeds):
+        for arm in arms:
+            ours = _report(args.out / run_name(task, set_name, f"acc{arm}", seed, seeds))
+            if ours is None:
+                continue
+            for row in peer_tables.accuracy_rows({**ours, "peer": {}}, arm):
+                key = (row["task"], _set_name(row["set"]), row["path"], row["metric"],
+                       int(row["seed"]))  # fmt: skip
+                if key not in committed:
+                    continue
+                peer = committed[key]
+                row.update({k: v for k, v in peer.items() if k.startswith("ultralytics")})
+                row["peer_source"] = peer["source"]
+                rows.append(row)
+    return rows
 
 
 def _rescore(

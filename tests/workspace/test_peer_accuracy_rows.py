@@ -96,6 +96,34 @@ def test_pool_folds_seeds_of_several_calls_and_takes_a_repeated_seed_from_the_la
     assert "| detect | vsynth-small | nms |" in (tmp_path / "out" / "peer-accuracy.md").read_text()
 
 
+def test_peer_from_pairs_our_arm_with_the_committed_peer_of_the_same_seed(
+    tmp_path: Path,
+) -> None:
+    """``--peer-from``: an arm trained alone is scored against the committed run's peer values
+    of the same task, set, path, metric and seed; a seed the committed run lacks is left out."""
+    tables, acc = load_benchmark("peer_tables"), load_benchmark("peer_accuracy")
+    committed = tables.accuracy_rows(_report(0, 0.40, 0.50, [0.3, 0.5, 0.4]), "auto")
+    committed += tables.accuracy_rows(_report(1, 0.40, 0.30, [0.3, 0.5, 0.4]), "auto")
+    peer_file = tmp_path / "committed.json"
+    peer_file.write_text(json.dumps({"date": "2026-12-06", "rows": [], "seed_rows": committed}))
+    out = tmp_path / "out"
+    for seed, score in ((0, 0.45), (1, 0.35), (2, 0.9)):
+        report = _report(seed, score, 0.0, [0.1, 0.2, score])
+        report["ours_arms"] = {"auto+cpu": report["ours_arms"]["auto"]}
+        del report["peer"]
+        side = out / acc.run_name("detect", "vsynth-small", "accauto+cpu", seed, [0, 1, 2])
+        side.mkdir(parents=True)
+        (side / "peer_detect.json").write_text(json.dumps(report))
+    acc.main(["--out", str(out), "--tables", "--tasks", "detect", "--sets", "vsynth-small",
+              "--arms", "auto+cpu", "--seeds", "0,1,2", "--peer-from", str(peer_file)])  # fmt: skip
+    doc = json.loads((out / "peer-accuracy.json").read_text())
+    nms = {r["path"]: r for r in doc["rows"]}["nms"]
+    assert nms["lucid_accumulate"] == "auto+cpu" and nms["seeds"] == [0, 1]
+    assert nms["ultralytics_seeds"] == pytest.approx([0.50, 0.30])
+    assert nms["diff_seeds"] == pytest.approx([-0.05, 0.05])
+    assert {r["peer_source"] for r in doc["seed_rows"]} == {"committed.json"}
+
+
 @pytest.mark.parametrize("name", ["vsynth-small", "skimage-shapes"])
 def test_a_heldout_set_builds_the_same_from_its_seed_with_every_class_annotated(
     name: str, tmp_path: Path
