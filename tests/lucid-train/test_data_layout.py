@@ -64,6 +64,13 @@ def test_a_dataset_root_that_is_a_file_or_missing_is_refused_by_name(tmp_path: P
         resolve_layout(tmp_path / "nothere", "train", "detect")
 
 
+def test_a_folder_in_place_of_the_coco_annotation_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "annotations" / "val.json").mkdir(parents=True)
+    (tmp_path / "images" / "val").mkdir(parents=True)
+    with pytest.raises(LayoutError, match=r"val.json: a folder where the COCO annotation file"):
+        resolve_layout(tmp_path, "val", "detect")
+
+
 def test_ambiguous_layout_is_refused_until_chosen(
     tmp_path: Path, small_synthetic: Callable[[Task], Path]
 ) -> None:

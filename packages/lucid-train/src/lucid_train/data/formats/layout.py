@@ -73,6 +73,15 @@ def _coco_match(root: Path, split: str, task: Task) -> LayoutMatch | None:
         (root / "annotations" / n for n in names if (root / "annotations" / n).is_file()), None
     )
     if ann is None:
+        # A folder where the annotation file belongs would read as "no layout" (a copy gone wrong).
+        folder = next(
+            (root / "annotations" / n for n in names if (root / "annotations" / n).is_dir()), None
+        )
+        if folder is not None:
+            raise LayoutError(
+                f"{folder}: a folder where the COCO annotation file of split {split!r} belongs; "
+                "put the JSON file there"
+            )
         return None
     for cand in (
         root / "images" / split,
