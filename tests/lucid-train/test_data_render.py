@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -190,6 +191,30 @@ def test_the_fit_log_says_once_where_the_samples_are_made(
     dm.render = "device"  # with a decode of JPEGs at their size where it is asked for
     assert "the GPU after the transfer, JPEGs already at their load size decoded by nvJPEG" in (
         dm.pipeline_line()
+    )
+
+
+@pytest.mark.parametrize(
+    ("epochs", "close", "said"),
+    [
+        (20, 10, "; mosaic, mixup and copy-paste off for the last 10 of 20 epochs "
+                 "(--data.augment.close_mosaic 10)"),
+        (6, 10, "; no mosaic, mixup or copy-paste in any of the 6 epochs "
+                "(--data.augment.close_mosaic 10)"),
+        (20, 0, ""),
+    ],
+)  # fmt: skip
+def test_the_fit_log_says_when_mosaic_closes(
+    small_synthetic: Callable[[Task], Path], epochs: int, close: int, said: str
+) -> None:
+    """A run no longer than ``close_mosaic`` trains without mosaic throughout (the authors'
+    rule), which the log says up front rather than leaving it to be found."""
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0)
+    dm.augment = dataclasses.replace(dm.augment, close_mosaic=close)
+    dm.trainer = SimpleNamespace(max_epochs=epochs)  # type: ignore[assignment]
+    dm.setup("fit")
+    assert dm.pipeline_line().endswith(
+        "mosaic partners from the authors' buffer of recent images" + said
     )
 
 

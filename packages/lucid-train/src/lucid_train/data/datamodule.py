@@ -315,8 +315,21 @@ class LucidDataModule(L.LightningDataModule):
         chosen = f"auto: {self.auto_render()[1]}" if self.render == "auto" else self.render
         return (
             f"lucid data: training samples {where} (--data.render {chosen}; --data.decode "
-            f"{self.decode}); {resize}; mosaic partners from {pool}"
+            f"{self.decode}); {resize}; mosaic partners from {pool}{self._closing_phrase()}"
         )
+
+    def _closing_phrase(self) -> str:
+        """When mosaic stops (``close_mosaic``), said up front: a run shorter than the setting
+        trains without it throughout, as the authors' trainer does."""
+        epochs = getattr(getattr(self, "trainer", None), "max_epochs", None)
+        closes, n = self.close_mosaic_from, self.augment.close_mosaic
+        if not self.augment.mosaic or closes is None or not epochs or epochs < 0:
+            return ""
+        flag = f"--data.augment.close_mosaic {n}"
+        if closes == 0:
+            return f"; no mosaic, mixup or copy-paste in any of the {epochs} epochs ({flag})"
+        last = epochs - closes
+        return f"; mosaic, mixup and copy-paste off for the last {last} of {epochs} epochs ({flag})"
 
     def auto_render(self) -> tuple[Literal["cpu", "device"], str]:
         """What ``render="auto"`` takes for the attached trainer, and why
