@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pycocotools.mask as mask_utils
 import pytest
 
 from lucid_train.data.dataset import EvalDataset
 from lucid_train.data.formats.coco import clip_box, flip_index_from_names, read_coco
-from lucid_train.data.formats.coco_documents import coco_document
+from lucid_train.data.formats.coco_documents import coco_document, scored_ground_truth
 from lucid_train.data.image_io import CorruptImageError
 from lucid_train.data.records import DataFormatError
+from lucid_train.evaluation import coco_from_dict, run_cocoeval
 
 Writer = Callable[[Path, dict[str, Any]], Path]
 
@@ -444,3 +446,39 @@ def test_a_coco_file_name_written_the_windows_way_is_refused_with_the_fix(
         read_coco(write_doc(tmp_path, doc), tmp_path / "img", task="detect")
     (tmp_path / "img" / "a.png").rename(tmp_path / "img" / "sub\\a.png")
     assert len(read_coco(tmp_path / "ann.json", tmp_path / "img", task="detect")) == 1
+
+
+def test_a_segment_object_without_a_mask_is_scored_against_the_box_it_trained(
+    tmp_path: Path, write_doc: Writer
+) -> None:
+    """The mask scorer needs a mask for every object: one whose ``segmentation`` is missing,
+    empty or under 3 points gets, in the scored document, the box ring the loader trained
+    (assumptions D4) instead of stopping validation with the scorer's KeyError; a usable ring
+    stays the file's own."""
+    ring = [10, 5, 30, 5, 30, 15, 10, 15]
+    anns = [
+        _ann(1, segmentation=[ring]),
+        _ann(2, bbox=[40, 20, 10, 8]),
+        _ann(3, segmentation=[], bbox=[0, 30, 8, 8]),
+        _ann(4, segmentation=[[1, 1, 2, 2]], bbox=[20, 30, 6, 6]),
+    ]
+    index = read_coco(write_doc(tmp_path, _doc(anns)), tmp_path / "img", task="segment")
+    doc = scored_ground_truth(index)
+    segs = [a["segmentation"] for a in doc["annotations"]]
+    assert segs[0] == [ring]
+    assert segs[1:] == [
+        [[40.0, 20.0, 50.0, 20.0, 50.0, 28.0, 40.0, 28.0]],
+        [[0.0, 30.0, 8.0, 30.0, 8.0, 38.0, 0.0, 38.0]],
+        [[20.0, 30.0, 26.0, 30.0, 26.0, 36.0, 20.0, 36.0]],
+    ]
+    dets = [  # each object predicted as its scored ring: a perfect prediction
+        {
+            "image_id": 7,
+            "category_id": a["category_id"],
+            "score": 0.9,
+            "segmentation": mask_utils.merge(mask_utils.frPyObjects(a["segmentation"], 48, 64)),
+        }
+        for a in doc["annotations"]
+    ]
+    stats = run_cocoeval(coco_from_dict(doc), dets, "segm")
+    assert stats["mAP50"] == pytest.approx(1.0)

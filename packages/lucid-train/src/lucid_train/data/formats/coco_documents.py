@@ -24,7 +24,9 @@ def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
     (``index.coco_json``): only the images the reader kept, and of their annotations those it
     kept, box clipped as it clipped it (``bbox`` rewritten, the rest of the entry as in the
     file), then their crowd regions as they are. A perfect prediction of the records' targets
-    then scores 1.0, whatever the file held that the loader skipped or clipped."""
+    then scores 1.0, whatever the file held that the loader skipped or clipped. A segment
+    object without a usable ``segmentation`` (none, empty, every ring under 3 points) is scored
+    against the ring it trained, its box (assumptions D4): the mask scorer needs one."""
     if index.coco_json is None:
         raise ValueError("scored_ground_truth: the index was not read from a COCO file")
     doc: dict[str, Any] = json.loads(read_text(index.coco_json))
@@ -33,10 +35,15 @@ def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
     free_id = 1 + max((int(a["id"]) for a in source if "id" in a), default=0)
     images: list[dict[str, Any]] = []
     anns: list[dict[str, Any]] = []
+    segment = index.schema.task == "segment"
     for rec in index.records:
         images.append({**by_id[rec.image_id], "id": rec.image_id})
-        for pos in rec.scored:
+        polygons = rec.targets.polygons
+        for i, pos in enumerate(rec.scored):
             ann = {**source[pos], "image_id": rec.image_id}
+            without = segment and not _has_mask(ann.get("segmentation"))
+            if without and polygons is not None and i < len(polygons):
+                ann["segmentation"] = [[float(v) for v in polygons[i].reshape(-1)]]
             ann["id"] = int(ann["id"]) if "id" in ann else free_id + pos
             ann["category_id"] = int(ann["category_id"])
             if not ann.get("iscrowd", 0):
@@ -47,6 +54,16 @@ def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
             ann.setdefault("area", float(ann["bbox"][2] * ann["bbox"][3]))
             anns.append(ann)
     return {**doc, "images": images, "annotations": anns}
+
+
+def _has_mask(seg: Any) -> bool:
+    """Whether a ``segmentation`` entry is one the mask scorer reads: an RLE, or polygon rings
+    of which one has at least 3 points."""
+    if isinstance(seg, dict):
+        return True
+    return isinstance(seg, list) and any(
+        isinstance(r, list) and len(r) >= 6 and len(r) % 2 == 0 for r in seg
+    )
 
 
 def coco_document(index: DatasetIndex, *, images_dir: Path | None = None) -> dict[str, Any]:
