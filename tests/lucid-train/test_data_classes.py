@@ -158,3 +158,21 @@ def test_yolo_txt_keeps_every_name_as_the_authors_trainer_reads_it(
     dm.setup("fit")
     assert dm.schema.num_classes == 5
     assert dm.classes is None
+
+
+def test_given_classes_say_how_many_annotations_of_other_categories_were_skipped(
+    coco_with_categories: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reader logs its report before the checkpoint's classes restrict the split: the
+    annotations that restriction skips are said in a line of their own, by category, not only
+    counted in a report nobody prints (a 3-class checkpoint on 4-class data lost a quarter of
+    the val labels unsaid)."""
+    root = coco_with_categories([], [])
+    full = read_coco(root / "annotations" / "val.json", root / "images" / "val", task="detect")
+    name = full.schema.class_names[2]
+    of_two = sum(int((r.targets.labels == 2).sum()) for r in full.records)
+    dm = LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 2))
+    with caplog.at_level(logging.WARNING, logger="lucid_train.data"):
+        dm.setup("validate")
+    assert f"skipped {of_two} annotation(s) of categories that are not classes " in caplog.text
+    assert f"({of_two} x {name!r}); the classes are ids [1, 2]" in caplog.text

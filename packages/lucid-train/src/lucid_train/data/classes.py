@@ -11,6 +11,7 @@ trainer reads the same ``names`` (their ``nc`` is its length).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,8 @@ import numpy as np
 
 from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
 from lucid_train.errors import LucidError
+
+logger = logging.getLogger("lucid_train.data")  # the readers' load reports' logger
 
 __all__ = [
     "ClassesError",
@@ -128,12 +131,14 @@ def restrict_classes(index: DatasetIndex, category_ids: Sequence[int]) -> Datase
     new_label = np.full(schema.num_classes, -1, np.int64)
     new_label[keep] = np.arange(len(keep))
     records: list[ImageRecord] = []
+    left_out: dict[str, int] = {}
     for record in index.records:
         labels = new_label[record.targets.labels]
         kept = labels >= 0
         if not kept.all():
             for i in np.flatnonzero(~kept):
                 name = schema.class_names[int(record.targets.labels[i])]
+                left_out[name] = left_out.get(name, 0) + 1
                 index.report.skip(f"category {name!r} is not a class", str(record.path))
             # `scored` lists each target's annotation first, then the crowd regions
             n = len(labels)
@@ -145,6 +150,15 @@ def restrict_classes(index: DatasetIndex, category_ids: Sequence[int]) -> Datase
             )
             labels = labels[kept]
         records.append(replace(record, targets=record.targets.replace(labels=labels)))
+    if left_out:  # the reader logged its report before: this part is said here
+        logger.warning(
+            "%s: skipped %d annotation(s) of categories that are not classes (%s); the "
+            "classes are ids %s (--data.classes, or the checkpoint's)",
+            index.report.source,
+            sum(left_out.values()),
+            ", ".join(f"{n} x {name!r}" for name, n in left_out.items()),
+            [int(c) for c in category_ids],
+        )
     restricted = replace(
         schema,
         class_names=tuple(schema.class_names[i] for i in keep),
