@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,20 @@ def test_given_classes_say_how_many_annotations_of_other_categories_were_skipped
         dm.setup("validate")
     assert f"skipped {of_two} annotation(s) of categories that are not classes " in caplog.text
     assert f"({of_two} x {name!r}); the classes are ids [1, 2]" in caplog.text
+
+
+def test_validation_refuses_a_model_whose_classes_the_data_names_otherwise(
+    coco_with_categories: Callable[..., Path],
+) -> None:
+    """Data of as many classes at the same ids but other names is other data (or renamed
+    classes): scoring the model's class 'circle' as the data's 'dog' is refused, naming the
+    pairs; a module built without names (digits) is not held to the data's."""
+    root = coco_with_categories([], [])
+    fitted = LucidDataModule("detect", root, batch_size=2, num_workers=0)
+    fitted.setup("fit")
+    model = fitted.schema
+    other = replace(model, class_names=tuple(f"other{i}" for i in range(model.num_classes)))
+    with pytest.raises(ClassesError, match=rf"id 1: 'other0' \(model\) / {model.class_names[0]!r}"):
+        Scorers()(other, fitted, "val", DecodeSettings())
+    unnamed = replace(model, class_names=tuple(str(i) for i in range(model.num_classes)))
+    assert Scorers()(unnamed, fitted, "val", DecodeSettings()).schema == fitted.schema

@@ -254,8 +254,9 @@ class Scorers:
         self, model: DatasetSchema, datamodule: Any, stage: str, settings: DecodeSettings
     ) -> ValidationScorer:
         """The scorer of one ``stage`` epoch of a model of schema ``model`` on ``datamodule``'s
-        split. Refuses data of another class count: the scorer names a prediction's class by
-        the data's category list, so the model's classes would be scored as other ones."""
+        split. Refuses data of another class count, or whose categories carry other names than
+        the model's classes at the same ids: the scorer names a prediction's class by the data's
+        category list, so the model's classes would be scored as other ones."""
         task = model.task
         if datamodule is None or not hasattr(datamodule, "coco_ground_truth"):
             raise RuntimeError("validation needs a LucidDataModule (its COCO ground truth)")
@@ -268,6 +269,21 @@ class Scorers:
                 f"data: LucidDataModule(classes={list(model.category_ids)}) or --data.classes "
                 f"'{list(model.category_ids)}' (a fit leaves out categories without annotations, "
                 "assumptions D22)"
+            )
+        renamed = [  # the same count: another data set of as many classes, or renamed ones
+            f"id {cid}: {a!r} (model) / {b!r} (data)"
+            for cid, a, b in zip(
+                model.category_ids, model.class_names, data.class_names, strict=True
+            )
+            if a != b
+        ]
+        unnamed = tuple(str(i) for i in range(model.num_classes))  # a module built without
+        if renamed and model.class_names not in ((), unnamed):
+            raise ClassesError(
+                f"the model's classes and the {stage} data's name other things at the same ids "
+                f"({'; '.join(renamed[:5])}{' ...' if len(renamed) > 5 else ''}): the model "
+                "was trained on other data; validate it on the data it was trained on, or give "
+                "the data's categories the model's names"
             )
         gt = None if task == "obb" else datamodule.coco_ground_truth(stage)
         if gt is not None and gt is not self._doc:
