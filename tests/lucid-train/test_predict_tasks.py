@@ -14,6 +14,7 @@ from lucid_train.cli.command_errors import error_line
 from lucid_train.cli.predict import iter_images, predict_images
 from lucid_train.data import LucidDataModule
 from lucid_train.data.image_io import CorruptImageError
+from lucid_train.errors import SettingError
 from lucid_train.tasks.task_modules import module_class
 
 EXTRA = {"detect": None, "segment": "mask_rle", "pose": "keypoints", "obb": "rotated"}
@@ -125,3 +126,22 @@ def test_an_output_folder_that_is_a_file_is_one_line_naming_it(
 def test_a_wildcard_source_is_told_to_pass_the_folder(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"does not expand wildcards: pass the folder"):
         list(iter_images(f"{tmp_path}/*.jpg"))
+
+
+def test_an_output_folder_where_overlays_would_replace_the_images_is_refused(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Was: ``--out`` the source folder wrote each ``a.jpg`` overlay over the image ``a.jpg``
+    (the source images lost); refused now before anything is written, the images untouched."""
+    root = small_synthetic("detect")
+    good = next(iter_images(root / "images" / "val")).read_bytes()
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(good)  # a PNG's bytes: decoded by its content
+    (folder / "b.png").write_bytes(good)
+    with pytest.raises(SettingError, match=r"--out .*in: the overlay of .*a\.jpg would replace"):
+        predict_images(_untrained_detector(root), folder, folder, conf=0.0)
+    assert (folder / "a.jpg").read_bytes() == good
+    assert sorted(p.name for p in folder.iterdir()) == ["a.jpg", "b.png"]
+    out = predict_images(_untrained_detector(root), folder / "b.png", folder, conf=0.0)
+    assert (folder / "b.jpg").is_file() and out.is_file()  # no image of that name: written

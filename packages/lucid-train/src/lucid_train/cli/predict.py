@@ -94,13 +94,14 @@ def predict_images(
             "where torch.cuda.is_available() is true"
         )
     out = Path(out_dir)
+    paths = list(iter_images(source))
+    _refuse_overwriting_sources(paths, source, out)
     out.mkdir(parents=True, exist_ok=True)
     size = int(img_size or module.hparams.get("img_size", 640))
     module = module.to(device).eval()
     hp = module.hparams
     names = list(hp["class_names"])
     results: list[dict[str, Any]] = []
-    paths = list(iter_images(source))
     bad: list[str] = []
     taken: set[Path] = set()
     for path in paths:
@@ -166,6 +167,22 @@ def predict_images(
         )
     target = out / "predictions.json"
     return write_text(target, json.dumps(results, indent=1))
+
+
+def _refuse_overwriting_sources(paths: list[Path], source: str | Path, out: Path) -> None:
+    """Refuse an ``out`` where an overlay would replace one of the images predicted (``--out``
+    the source folder itself: each ``a.jpg`` overlay over its ``a.jpg``), before anything is
+    written."""
+    inputs = {p.resolve() for p in paths}
+    taken: set[Path] = set()
+    for path in paths:
+        target = out / _overlay_name(path, source, taken)
+        if target.resolve() in inputs:
+            raise SettingError(
+                f"--out {out}: the overlay of {path} would replace the image {target}, one of "
+                "those predicted; pass an --out outside the source folder (the default is "
+                "runs/<task>/predict)"
+            )
 
 
 def _overlay_name(path: Path, source: str | Path, taken: set[Path]) -> Path:
