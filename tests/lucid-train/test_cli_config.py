@@ -21,6 +21,7 @@ import yaml
 
 from lucid_testing.cli_flags import overridden
 from lucid_train.cli import CONFIG_FILE, LucidCLI, RunConfig, main
+from lucid_train.cli.resume import ResumeConflictError
 from lucid_train.data.records import Task
 from lucid_train.run.run_folder import LOCK_NAME
 from lucid_train.weights.checkpoint_file import read_checkpoint_info
@@ -114,6 +115,25 @@ def test_a_resume_flag_that_contradicts_the_runs_config_is_refused_in_one_line(
     assert code == 2
     assert line.startswith(f"lucid fit: error: resuming {printed_run.run_dir}: ")
     assert shown in line and str(printed_run.run_dir / CONFIG_FILE) in line
+
+
+@pytest.mark.slow
+def test_a_resume_naming_the_runs_data_folder_another_way_is_not_a_contradiction(
+    printed_run: PrintedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: ``--data.root data`` against the saved ``/abs/data`` (one folder) refused as a
+    contradiction; two spellings of one existing folder agree, another folder still differs."""
+    monkeypatch.chdir(printed_run.data.parent)
+    given = overridden(printed_run.flags, "--data.root", printed_run.data.name)
+    cli = LucidCLI(["fit", *given, "--ckpt_path", str(printed_run.last)], run=False)
+    assert cli.run_dir == printed_run.run_dir
+    assert Path(cli.datamodule.root).resolve() == printed_run.data.resolve()
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(ResumeConflictError, match=f"--data.root {other} contradicts data.root"):
+        LucidCLI(
+            ["fit", "--data.root", str(other), "--ckpt_path", str(printed_run.last)], run=False
+        )
 
 
 @pytest.mark.slow

@@ -159,9 +159,21 @@ def _conflicts(
         if key.split(".")[-1].startswith("__") or key in RESUME_FREE:
             continue
         hit = any(k == key or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in keys)
-        if hit and key in given and given[key] != value:
+        if hit and key in given and not _same(given[key], value):
             found.append((key, given[key], value))
     return found
+
+
+def _same(given: Any, saved: Any) -> bool:
+    """Whether a given value is the saved one: equal, or two spellings of one existing file or
+    folder (``data`` and ``/work/data`` from /work) rather than a contradiction."""
+    if given == saved:
+        return True
+    paths = (str, os.PathLike)
+    if not (isinstance(given, paths) and isinstance(saved, paths)):
+        return False
+    a, b = Path(given), Path(saved)
+    return a.exists() and b.exists() and a.resolve() == b.resolve()
 
 
 def _nested(flat: dict[str, Any]) -> dict[str, Any]:
