@@ -362,3 +362,23 @@ def test_the_conversion_command_names_an_empty_file_and_a_file_already_lucids(
     assert convert_main([str(ours), str(tmp_path / "out.pt")]) == 2
     err = capsys.readouterr().err
     assert "a lucid checkpoint of yolo26n already" in err and "--model.weights" in err
+
+
+def test_the_conversion_command_names_a_file_cut_short_as_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was "not an Ultralytics checkpoint (nothing to convert)" for an authors' .pt cut short
+    by a download (or a lucid one by a copy): no longer a zip archive, it is said to be cut
+    short, with the fix; a whole archive that is neither keeps the old line."""
+    from lucid_train.weights.__main__ import main as convert_main
+
+    whole = tmp_path / "whole.pt"
+    torch.save({"model": "x", "epoch": 3}, whole)
+    cut = tmp_path / "yolo26n.pt"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    assert convert_main([str(cut), str(tmp_path / "out.pt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"weights {cut}: not a torch zip archive" in err and "cut short" in err
+    assert "download or copy it again" in err and "\n" not in err
+    assert convert_main([str(whole), str(tmp_path / "out.pt")]) == 2
+    assert "not an Ultralytics checkpoint" in capsys.readouterr().err

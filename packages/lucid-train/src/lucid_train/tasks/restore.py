@@ -7,6 +7,7 @@ themselves (without running code from them) is `lucid_train.weights`'.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +96,11 @@ def convert_weights(src: str | Path, dst: str | Path) -> WeightsReport:
             raise WeightsError(
                 f"weights {s}: a lucid checkpoint of {lucid} already (nothing to convert); pass "
                 "it to lucid fit --model.weights as it is"
+            )
+        if not zipfile.is_zipfile(s):  # theirs and ours are torch zip archives
+            raise WeightsError(
+                f"weights {s}: not a torch zip archive ({s.stat().st_size} bytes): a download "
+                "or copy cut short, or not a checkpoint at all; download or copy it again"
             )
         raise WeightsError(f"weights {s}: not an Ultralytics checkpoint (nothing to convert)")
     ck = read_authors_file(s)
