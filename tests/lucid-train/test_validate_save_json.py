@@ -183,3 +183,22 @@ def test_validate_save_json_writes_and_prints_the_per_class_table(
     gt = COCO(str(next(root.rglob("*val*.json"))))
     assert len(gt.loadRes(str(out / "predictions_nms.json")).anns) > 0
     assert (out / "per_class_ap.csv").read_text().startswith("class,instances,e2e/box_AP50-95")
+
+
+def test_a_save_dir_that_cannot_be_made_is_refused_before_scoring(
+    small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: the whole validation ran, then the results files failed on the folder; now the
+    folder is made when the run is set up, and one that cannot be (a file in the way) is one
+    line before any image is scored."""
+    ckpt = tmp_path / "best.ckpt"
+    write_module_checkpoint(ckpt)
+    (tmp_path / "taken").write_text("")
+    out = tmp_path / "taken" / "val"
+    root = small_synthetic("detect")
+    code = main(["validate", "--ckpt", str(ckpt), "--data.root", str(root), "--data.num_workers",
+                 "0", "--save_json", "--save_dir", str(out)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2
+    assert f"lucid validate: error: cannot make the folder {out}" in captured.err
+    assert "Path  Images" not in captured.out + captured.err  # nothing was scored

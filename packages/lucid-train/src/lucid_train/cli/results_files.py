@@ -157,6 +157,12 @@ class SaveResults(L.Callback):
         self.out_dir = Path(out_dir)
         self.written: list[Path] = []
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        """Make ``out_dir`` before the run: a folder that cannot be made (a file in the way, no
+        permission) is said before the images are scored, not after."""
+        if trainer.is_global_zero:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+
     def _save(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         scorer = getattr(pl_module, "scorer", None)
         if trainer.sanity_checking or scorer is None or not trainer.is_global_zero:
