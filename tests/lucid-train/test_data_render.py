@@ -218,6 +218,25 @@ def test_the_fit_log_says_when_mosaic_closes(
     )
 
 
+def test_a_test_run_without_a_test_split_says_it_scores_the_val_split(
+    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said: list[str] = []
+    monkeypatch.setattr(datamodule, "rank_zero_info", said.append)
+    dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0)
+    dm.setup("test")
+    assert said == [
+        "lucid data: no --data.test_split given; testing on the 'val' split (the test/ metrics "
+        "are that split's)"
+    ]
+    said.clear()
+    named = LucidDataModule(
+        "detect", small_synthetic("detect"), img_size=64, num_workers=0, test_split="val"
+    )
+    named.setup("test")
+    assert said == []
+
+
 @pytest.mark.parametrize(
     ("task", "variant", "workers", "render"),
     [

@@ -171,6 +171,7 @@ class LucidDataModule(L.LightningDataModule):
         )
         self.seed = seed
         self.splits = {"train": train_split, "val": val_split, "test": test_split or val_split}
+        self._test_is_val = test_split is None
         self.cache_dir = cache_dir
         self.synthetic = synthetic
         self.verify: Verify = verify
@@ -239,6 +240,12 @@ class LucidDataModule(L.LightningDataModule):
         if stage == "validate":
             self._index("val")
         if stage == "test":
+            if self._test_is_val:  # the default: said, so a val score is not read as a test one
+                val = self.splits["val"]
+                rank_zero_info(
+                    f"lucid data: no --data.test_split given; testing on the {val!r} split (the "
+                    "test/ metrics are that split's)"
+                )
             self._index("test")
         if self.cache == "ram":
             stages = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}
