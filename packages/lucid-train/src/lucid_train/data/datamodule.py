@@ -241,10 +241,10 @@ class LucidDataModule(L.LightningDataModule):
             self._index("val")
         if stage == "test":
             if self._test_is_val:  # the default: said, so a val score is not read as a test one
-                val = self.splits["val"]
+                val_name = self.splits["val"]
                 rank_zero_info(
-                    f"lucid data: no --data.test_split given; testing on the {val!r} split (the "
-                    "test/ metrics are that split's)"
+                    f"lucid data: no --data.test_split given; testing on the {val_name!r} split "
+                    "(the test/ metrics are that split's)"
                 )
             self._index("test")
         if self.cache == "ram":
