@@ -144,6 +144,10 @@ def test_validation_refuses_data_of_another_class_count_and_names_the_models_ids
     kept = LucidDataModule("detect", root, batch_size=2, num_workers=0, classes=(1, 2, 3))
     kept.setup("validate")
     assert Scorers()(model, kept, "val", DecodeSettings()).schema.category_ids == (1, 2, 3)
+    # a model with an id the data lacks: no --data.classes can help, so none is offered
+    wider = replace(model, category_ids=(1, 2, 9), class_names=(*model.class_names[:2], "x"))
+    with pytest.raises(ClassesError, match=r"the data has no category \[9\]: the model was"):
+        Scorers()(wider, every, "val", DecodeSettings())
 
 
 def test_yolo_txt_keeps_every_name_as_the_authors_trainer_reads_it(

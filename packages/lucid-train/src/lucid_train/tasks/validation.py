@@ -262,13 +262,19 @@ class Scorers:
             raise RuntimeError("validation needs a LucidDataModule (its COCO ground truth)")
         data = datamodule.schema
         if data.num_classes != model.num_classes:
+            missing = sorted(set(model.category_ids) - set(data.category_ids))
+            fix = (  # the model's ids can only be passed where the data has them all
+                f"pass the model's ids to the data: LucidDataModule(classes="
+                f"{list(model.category_ids)}) or --data.classes '{list(model.category_ids)}' (a "
+                "fit leaves out categories without annotations, assumptions D22)"
+                if not missing
+                else f"the data has no category {missing}: the model was trained on other data; "
+                "validate it on that data"
+            )
             raise ClassesError(
                 f"the model has {model.num_classes} classes (category ids "
                 f"{list(model.category_ids)}: {', '.join(model.class_names)}), the {stage} data "
-                f"{data.num_classes} ({list(data.category_ids)}); pass the model's ids to the "
-                f"data: LucidDataModule(classes={list(model.category_ids)}) or --data.classes "
-                f"'{list(model.category_ids)}' (a fit leaves out categories without annotations, "
-                "assumptions D22)"
+                f"{data.num_classes} ({list(data.category_ids)}); {fix}"
             )
         renamed = [  # the same count: another data set of as many classes, or renamed ones
             f"id {cid}: {a!r} (model) / {b!r} (data)"
