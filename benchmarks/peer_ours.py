@@ -39,18 +39,32 @@ ARM_OPTIONS = {
     "cpu": ["--data.render", "cpu"],
     "hsvauthors": ["--data.augment.hsv_rule", "authors"],
 }
+# Options that are an environment switch of our fit rather than a flag.
+ARM_ENV = {
+    "losshalf": {"LUCID_LOSS_ARITHMETIC": "authors"},  # the authors' float16 loss reads, T93
+}
+
+
+def arm_env(arm: str) -> dict[str, str]:
+    """The environment ``arm``'s options set for our fit (``ARM_ENV``)."""
+    env: dict[str, str] = {}
+    for option in arm.split("+")[1:]:
+        env.update(ARM_ENV.get(option, {}))
+    return env
 
 
 def arm_flags(arm: str, coco_root: str | None = None) -> tuple[str, list[str]]:
     """The accumulate setting of ``arm`` and the ``lucid fit`` flags of its options
     (``+allcats`` reads the category ids of the COCO set at ``coco_root``)."""
     accumulate, *options = arm.split("+")
-    known = sorted([*ARM_OPTIONS, "allcats"])
+    known = sorted([*ARM_OPTIONS, *ARM_ENV, "allcats"])
     unknown = [o for o in options if o not in known]
     if unknown:
         raise SystemExit(f"arm {arm!r}: unknown option(s) {unknown}; known: {known}")
     flags: list[str] = []
     for option in options:
+        if option in ARM_ENV:
+            continue
         if option != "allcats":
             flags += ARM_OPTIONS[option]
             continue
@@ -109,14 +123,17 @@ def run_ours(
     ]
     marks = out / f"{tag}-epochs.jsonl"  # each epoch's training window, Unix seconds
     marks.unlink(missing_ok=True)
+    switches = arm_env(accumulate)
     env = _child_env(
-        args.device, {"LUCID_CACHE_DIR": data["cache_dir"], "LUCID_EPOCH_MARKS": str(marks)}
+        args.device,
+        {"LUCID_CACHE_DIR": data["cache_dir"], "LUCID_EPOCH_MARKS": str(marks), **switches},
     )
-    print("ours: " + " ".join(cmd), flush=True)
+    said = "".join(f"{k}={v} " for k, v in switches.items())
+    print(f"ours: {said}" + " ".join(cmd), flush=True)
     launch = time.time()
     rc, wall = _run_logged(cmd, env, out / f"{tag}.log", args.side_timeout)
     result: dict[str, Any] = {
-        "command": f"LUCID_CACHE_DIR={data['cache_dir']} " + " ".join(cmd),
+        "command": f"LUCID_CACHE_DIR={data['cache_dir']} {said}" + " ".join(cmd),
         "exit": rc,
         "wall_s": round(wall, 1),
         "launch_unix": launch,

@@ -7,6 +7,7 @@ from one seed, with every class annotated and each box its polygon's extent."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -229,6 +230,23 @@ def test_the_allcats_arm_trains_every_category_of_the_coco_file(tmp_path: Path) 
     assert ours.arm_flags("4+batch") == ("4", ["--data.mosaic_pool", "batch"])
     with pytest.raises(SystemExit, match=r"\+allcats needs a COCO set"):
         ours.arm_flags("auto+allcats")
+
+
+def test_an_environment_arm_sets_the_switch_the_loss_reads() -> None:
+    """``+losshalf`` is an environment switch, no flag: the variable it sets is the one
+    `lucid_train.losses.detection` reads at import (a renamed variable would train the default)."""
+    ours = load_benchmark("peer_ours")
+    assert ours.arm_flags("auto+losshalf+cpu") == ("auto", ["--data.render", "cpu"])
+    env = ours.arm_env("auto+losshalf+cpu")
+    assert env == {"LUCID_LOSS_ARITHMETIC": "authors"}
+    code = "import lucid_train.losses.detection as d; print(d.AUTHORS_ARITHMETIC)"
+    root = Path(__file__).resolve().parents[2]
+    paths = os.pathsep.join(str(p) for p in sorted((root / "packages").glob("*/src")))
+    said = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **env, "PYTHONPATH": paths},
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert said.strip() == "True"
 
 
 def test_every_arm_option_is_a_flag_lucid_fit_takes() -> None:

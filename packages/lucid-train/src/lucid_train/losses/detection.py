@@ -13,10 +13,17 @@ the same :class:`~lucid_train.assign.Assignment`, decoded boxes, anchors and nor
 box loss - a task extra never re-assigns.
 
 Capture contract: static shapes, no host synchronisation, no Python branch on tensor values.
+
+Arithmetic: the loss reads the heads' outputs in float32 (assumptions.md T93). With
+``LUCID_LOSS_ARITHMETIC=authors`` in the environment (`AUTHORS_ARITHMETIC`, an A/B switch for
+the peer comparison, as ``LUCID_FUSE_BN_SILU`` is for the fused BatchNorm) the decoded boxes, the
+scores the assigner ranks and the class targets are rounded to the heads' dtype where the
+authors' loss, run inside their trainer's autocast, computes them so; in float32 it is a no-op.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,7 +41,18 @@ from lucid_train.losses.boxes import (
     distances_to_boxes,
 )
 
-__all__ = ["BranchResult", "DetectionLoss", "LossTerms", "normaliser"]
+__all__ = ["AUTHORS_ARITHMETIC", "BranchResult", "DetectionLoss", "LossTerms", "normaliser"]
+
+AUTHORS_ARITHMETIC = os.environ.get("LUCID_LOSS_ARITHMETIC", "float32") == "authors"
+
+
+def grid_boxes(distances: Tensor, anchor_points: Tensor) -> Tensor:
+    """Predicted xyxy in stride units, float32: exact, or (`AUTHORS_ARITHMETIC`) computed in the
+    heads' dtype as the authors' ``bbox_decode`` under autocast (float16 anchors and distances)."""
+    if AUTHORS_ARITHMETIC:
+        return distances_to_boxes(distances, anchor_points.to(distances.dtype)).float()
+    return distances_to_boxes(distances.float(), anchor_points.float())
+
 
 ImageSize = tuple[int, int] | Tensor
 
@@ -175,8 +193,11 @@ class DetectionLoss:
 
         Subclasses assigning rotated boxes return ``(B, A, 5)`` here.
         """
-        grid = distances_to_boxes(branch.boxes.float(), anchor_points.float())
-        return grid * anchor_strides.float()
+        if AUTHORS_ARITHMETIC:  # theirs: (pred_bboxes * stride_tensor) in float16, then float32
+            dtype = branch.boxes.dtype
+            grid = distances_to_boxes(branch.boxes, anchor_points.to(dtype))
+            return (grid * anchor_strides.to(dtype)).float()
+        return grid_boxes(branch.boxes, anchor_points) * anchor_strides.float()
 
     def assigner_boxes(self, targets: PaddedTargets) -> Tensor:
         """The ground truth the assigner compares predictions with: ``targets.boxes``."""
@@ -200,8 +221,9 @@ class DetectionLoss:
         """
         if pred_boxes is None:
             pred_boxes = self.decode(branch, anchor_points, anchor_strides)
+        logits = branch.logits.detach()
         return self.assigner(
-            branch.logits.detach().float().sigmoid(),
+            logits.sigmoid().float() if AUTHORS_ARITHMETIC else logits.float().sigmoid(),
             pred_boxes.detach(),
             anchors_in_pixels(anchor_points, anchor_strides),
             targets,
@@ -243,13 +265,16 @@ class DetectionLoss:
         points = anchor_points.float()
         # CIoU and L1 in stride units of each anchor's level, as the authors compute them.
         target_grid = assignment.target_boxes[..., :4].float() / strides
-        pred_grid = distances_to_boxes(branch.boxes.float(), points)
+        pred_grid = grid_boxes(branch.boxes, anchor_points)
         box = ciou_loss(pred_grid, target_grid, assignment.fg, weight, norm)
         l1 = distance_l1_loss(
             branch.boxes, boxes_to_distances(target_grid, points), strides, image_size, weight, norm
         )
+        target_scores = assignment.target_scores
+        if AUTHORS_ARITHMETIC:  # theirs: target_scores.to(dtype) before the BCE
+            target_scores = target_scores.to(branch.logits.dtype).float()
         bce = F.binary_cross_entropy_with_logits(
-            branch.logits.float(), assignment.target_scores, reduction="none"
+            branch.logits.float(), target_scores, reduction="none"
         )
         cls = bce.sum() / norm
         return LossTerms.from_parts(
