@@ -226,3 +226,29 @@ def test_under_autocast_the_authors_arithmetic_switch_rounds_as_their_loss(
         )
     assert worst[True] <= 2e-4, worst
     assert worst[False] > 4e-4, worst  # the float32 reading is what T93 says differs
+    # Rung c at the heads' outputs: a few positives' box gradients move most (T93's figures)
+    outputs = [getattr(side.output, n).boxes for n in ("one2many", "one2one")]
+    outputs += [getattr(side.output, n).logits for n in ("one2many", "one2one")]
+
+    def grads(loss: torch.Tensor) -> list[torch.Tensor]:
+        for t in outputs:
+            t.grad = None
+        loss.backward(retain_graph=True)
+        return [t.grad.float().clone() for t in outputs if t.grad is not None]
+
+    with torch.autocast("cpu", dtype=torch.float16):
+        total = sum(
+            (getattr(crit, n).loss(side.preds[n], side.batch.theirs)[0] * w).sum()
+            for n, w in (("one2many", crit.o2m), ("one2one", crit.o2o))
+        )
+    assert isinstance(total, torch.Tensor)
+    g_theirs = grads(total)
+    err = {}
+    for switch in (False, True):
+        monkeypatch.setattr(detection, "AUTHORS_ARITHMETIC", switch)
+        ours = side.ours.criterion(side.output, side.targets, torch.tensor(0.8), (pt.IMG, pt.IMG))
+        g_ours = grads(ours.total)
+        err[switch] = max(
+            float((a - b).norm() / b.norm()) for a, b in zip(g_ours, g_theirs, strict=True)
+        )
+    assert err[True] <= 2e-3 < 0.05 < err[False], err
