@@ -247,6 +247,13 @@ def test_an_environment_arm_sets_the_switch_the_loss_reads() -> None:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert said.strip() == "True"
+    misspelt = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "LUCID_LOSS_ARITHMETIC": "author", "PYTHONPATH": paths},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert misspelt.returncode != 0
+    assert "LUCID_LOSS_ARITHMETIC='author': expected 'float32'" in misspelt.stderr
 
 
 def test_every_arm_option_is_a_flag_lucid_fit_takes() -> None:

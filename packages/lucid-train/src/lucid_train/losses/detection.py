@@ -43,7 +43,12 @@ from lucid_train.losses.boxes import (
 
 __all__ = ["AUTHORS_ARITHMETIC", "BranchResult", "DetectionLoss", "LossTerms", "normaliser"]
 
-AUTHORS_ARITHMETIC = os.environ.get("LUCID_LOSS_ARITHMETIC", "float32") == "authors"
+_ARITHMETIC = os.environ.get("LUCID_LOSS_ARITHMETIC", "float32")
+if _ARITHMETIC not in ("float32", "authors"):  # a misspelt switch would train the default unsaid
+    raise ValueError(
+        f"LUCID_LOSS_ARITHMETIC={_ARITHMETIC!r}: expected 'float32' (the default) or 'authors'"
+    )
+AUTHORS_ARITHMETIC = _ARITHMETIC == "authors"
 
 
 def grid_boxes(distances: Tensor, anchor_points: Tensor) -> Tensor:
