@@ -258,6 +258,22 @@ def test_a_run_resumed_from_an_epochs_end_keeps_that_epochs_row(tmp_path: Path) 
     assert [(r["epoch"], r["val/x"]) for r in rows] == [("0", "0.0"), ("1", "7.0")]
 
 
+def test_a_run_resumed_at_epoch_zero_logs_epoch_zero_once(tmp_path: Path) -> None:
+    """Was: a run killed in epoch 1 before that epoch's last.ckpt was written resumes at
+    epoch 0, whose new rows (the integer epoch 0, read as no epoch) left the cut pending, so
+    metrics.csv held epoch 0 twice, the killed run's rows and the resumed run's."""
+    first = MetricsWriter(tmp_path)
+    first.log_metrics({"epoch": 0, "train/loss": 1.0}, step=2)
+    first.save()
+    resumed = MetricsWriter(tmp_path, resume_epoch=0)
+    resumed.log_metrics({"epoch": 0, "train/loss": 2.0}, step=2)
+    resumed.save()
+    resumed.log_metrics({"epoch": 1, "train/loss": 3.0}, step=5)
+    resumed.save()
+    rows = read_rows(tmp_path / "metrics.csv")[1]
+    assert [(r["epoch"], r["train/loss"]) for r in rows] == [("0", "2.0"), ("1", "3.0")]
+
+
 def test_an_export_that_fails_midway_leaves_the_previous_onnx(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -51,10 +51,11 @@ def read_rows(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     return list(reader.fieldnames or []), rows
 
 
-def _epoch_of(row: dict[str, str]) -> int | None:
+def _epoch_of(row: dict[str, Any]) -> int | None:
+    """A row's epoch: a number logged now (0 included) or the text of a row read back."""
     value = row.get("epoch")
     try:
-        return int(float(value)) if value else None
+        return None if value is None or value == "" else int(float(value))
     except ValueError:
         return None
 
