@@ -212,6 +212,27 @@ def test_ckpt_path_last_resumes_the_newest_runs_last_checkpoint_under_the_run_ro
 
 
 @pytest.mark.slow
+def test_ckpt_path_last_resumes_a_run_moved_to_another_run_root(
+    printed_run: PrintedRun, tmp_path: Path
+) -> None:
+    """Was: a run folder copied under another root, resumed with ``--ckpt_path last --run.root
+    NEW``, was refused as ``--run.root NEW contradicts run.root: OLD`` in its config.yaml, though
+    ``last`` needs the flag to find it. The root the run lies under is not a contradiction;
+    another root with an explicit checkpoint still is."""
+    moved = tmp_path / "moved"
+    run = moved / "detect" / "printed"
+    shutil.copytree(printed_run.run_dir, run)
+    cli = LucidCLI(["fit", "--ckpt_path", "last", "--run.root", str(moved)], run=False)
+    assert cli.run_dir == run
+    with pytest.raises(ResumeConflictError, match=r"--run.root .* contradicts run.root"):
+        LucidCLI(
+            ["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"), "--run.root",
+             str(tmp_path / "elsewhere")],
+            run=False,
+        )  # fmt: skip
+
+
+@pytest.mark.slow
 def test_a_run_without_config_yaml_resumes_with_its_checkpoints_hyper_parameters(
     printed_run: PrintedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

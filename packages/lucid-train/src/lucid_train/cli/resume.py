@@ -85,6 +85,10 @@ def resume_argv(
     flags = argv[verb_at + 1 :]
     saved_file = run_dir / CONFIG_FILE
     keys = _given_keys(flags)
+    if "run.root" in keys and _same(given.fit.get("run.root"), run_dir.parent.parent):
+        # the root the run lies under now (``--ckpt_path last`` needs it): a moved or copied
+        # run folder resumes where it is, whatever root its config.yaml was started with
+        keys = [k for k in keys if k != "run.root"]
     if saved_file.is_file():
         source = saved_file
         saved = dict(parser.parse_args(["fit", "--config", str(saved_file)]).fit.items())
