@@ -21,10 +21,10 @@ import yaml
 
 from lucid_testing.cli_flags import overridden
 from lucid_train.cli import CONFIG_FILE, LucidCLI, RunConfig, main
-from lucid_train.cli.resume import ResumeConflictError
+from lucid_train.cli.resume import ResumeConflictError, latest_last_checkpoint
 from lucid_train.data.records import Task
 from lucid_train.run.run_folder import LOCK_NAME
-from lucid_train.weights.checkpoint_file import read_checkpoint_info
+from lucid_train.weights.checkpoint_file import CheckpointError, read_checkpoint_info
 
 TINY = ["--data.img_size", "64", "--data.batch_size", "4", "--data.num_workers", "0"]
 
@@ -209,6 +209,21 @@ def test_ckpt_path_last_resumes_the_newest_runs_last_checkpoint_under_the_run_ro
     assert main(["fit", "--ckpt_path", "last", "--run.root", str(empty)]) == 2
     line = _one_line(capsys.readouterr().err)
     assert line.startswith(f"lucid fit: error: --ckpt_path last: no run under {empty} has a")
+
+
+def test_ckpt_path_last_without_a_last_ckpt_names_the_runs_other_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Was: a run whose last.ckpt was lost but whose best.ckpt is there: "no run has a
+    checkpoints/last.ckpt", not naming the checkpoint it could resume from."""
+    best = tmp_path / "detect" / "a" / "checkpoints" / "best.ckpt"
+    best.parent.mkdir(parents=True)
+    best.write_bytes(b"")
+    with pytest.raises(CheckpointError, match=f"newest other checkpoint there is {best}: pass"):
+        latest_last_checkpoint(tmp_path)
+    with pytest.raises(CheckpointError) as err:
+        latest_last_checkpoint(tmp_path / "none")
+    assert "other checkpoint" not in str(err.value)
 
 
 @pytest.mark.slow

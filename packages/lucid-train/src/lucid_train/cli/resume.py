@@ -61,10 +61,17 @@ def latest_last_checkpoint(run_root: Path) -> Path:
     takes their latest run's ``last.pt``."""
     found = sorted(run_root.glob(f"*/*/checkpoints/{LAST_NAME}"), key=lambda p: p.stat().st_mtime)
     if not found:
+        others = sorted(run_root.glob("*/*/checkpoints/*.ckpt"), key=lambda p: p.stat().st_mtime)
+        hint = (
+            f"; the newest other checkpoint there is {others[-1]}: pass it as --ckpt_path to "
+            "resume from it"
+            if others
+            else ""
+        )
         raise CheckpointError(
             f"--ckpt_path last: no run under {run_root} has a checkpoints/last.ckpt; pass the "
             "checkpoint's path (runs/<task>/<name>/checkpoints/last.ckpt), or the --run.root "
-            "the run was written under"
+            f"the run was written under{hint}"
         )
     return found[-1]
 
