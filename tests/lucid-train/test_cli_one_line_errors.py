@@ -329,6 +329,27 @@ def test_a_resume_counts_as_finished_exactly_where_lightning_would_stop_it(
     assert f"--config {tmp_path / 'config.yaml'} --model.weights" in str(line(1, 1, 1))
 
 
+def test_a_fit_stopped_by_ctrl_c_names_its_epoch_and_the_resume_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: Ctrl-C printed only Lightning's "Detected KeyboardInterrupt" and exited 1; SIGTERM
+    named the resume command. Both do now; Ctrl-C still exits 1 (Lightning's)."""
+
+    class Trainer:
+        interrupted, is_global_zero, current_epoch = True, True, 2
+
+        def fit(self, *args: Any, **kwargs: Any) -> None:
+            sys.exit(1)  # as Lightning's KeyboardInterrupt handler ends
+
+    fake = type("Fake", (), {"resume": None, "trainer": Trainer(), "run_dir": tmp_path})()
+    with pytest.raises(SystemExit):
+        cli.LucidCLI.fit(fake, None, None)  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    last = (tmp_path / "checkpoints" / "last.ckpt").resolve()
+    assert "lucid fit: stopped by Ctrl-C (SIGINT) in epoch 2; resume with " in err
+    assert f"`lucid fit --ckpt_path {last}`" in err
+
+
 def test_a_write_that_fills_the_disk_raises_disk_full_and_keeps_the_old_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -49,7 +49,7 @@ from lucid_train.cli.class_paths import instantiate_given
 from lucid_train.cli.command_errors import report as report_error
 from lucid_train.cli.config_files import check_config_files
 from lucid_train.cli.export import export_checkpoint
-from lucid_train.cli.fit_outcome import already_finished, done_line
+from lucid_train.cli.fit_outcome import already_finished, done_line, stopped
 from lucid_train.cli.flags import (
     DEFAULT_IMG_SIZE,
     EPILOGS,
@@ -63,7 +63,7 @@ from lucid_train.cli.flags import (
     task_of,
 )
 from lucid_train.cli.parse_errors import LucidArgumentParser, warn_repeated_flags
-from lucid_train.cli.resume import CONFIG_FILE, Resume, latest_last_checkpoint, resume_argv
+from lucid_train.cli.resume import Resume, latest_last_checkpoint, resume_argv
 from lucid_train.data import LucidDataModule
 from lucid_train.data.classes import model_classes
 from lucid_train.distributed import fit_strategy, shared_run_dir
@@ -363,8 +363,12 @@ class LucidCLI(LightningCLI):
         try:
             self.trainer.fit(model, datamodule=datamodule, **kwargs)
         except SIGTERMException:
-            self.exit_code = _stopped_by_sigterm(self.trainer, self.run_dir)
+            self.exit_code = stopped(self.trainer, self.run_dir, "SIGTERM")  # exit status 0
             return
+        except SystemExit:  # Ctrl-C: Lightning shut the fit down and exits 1
+            if self.trainer.interrupted:
+                stopped(self.trainer, self.run_dir, "Ctrl-C (SIGINT)")
+            raise
         assert self.run_dir is not None
         wall = time.perf_counter() - start
         if self.trainer.is_global_zero:
@@ -466,20 +470,6 @@ def _share_cores(workers: int) -> None:
 
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - workers))
-
-
-def _stopped_by_sigterm(trainer: L.Trainer, run_dir: Path | None) -> int:
-    """SIGTERM: Lightning stopped after the batch in flight; last.ckpt (written at this epoch's
-    start) is the resume point. Exit status 0."""
-    assert run_dir is not None
-    last = (run_dir / "checkpoints" / "last.ckpt").resolve()
-    print(
-        f"lucid fit: stopped by SIGTERM in epoch {trainer.current_epoch}; resume with "
-        f"`lucid fit --ckpt_path {last}` (the run's {CONFIG_FILE} holds its flags; that epoch "
-        "runs again from its start)",
-        file=sys.stderr,
-    )
-    return 0
 
 
 # -- helpers -----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 from lucid_train.cli.resume import CONFIG_FILE, Resume
 
-__all__ = ["already_finished", "done_line", "finished_line"]
+__all__ = ["already_finished", "done_line", "finished_line", "stopped"]
 
 
 def done_line(checkpoint_callback: Any, run_dir: Path, wall_s: float) -> str:
@@ -70,3 +70,19 @@ def already_finished(resume: Resume | None, trainer: Any) -> bool:
     if line and trainer.is_global_zero:
         print(line, file=sys.stdout)
     return bool(line)
+
+
+def stopped(trainer: Any, run_dir: Path | None, cause: str) -> int:
+    """A fit stopped by a signal (SIGTERM: Lightning stopped after the batch in flight; Ctrl-C:
+    its shutdown): rank 0 names the epoch and the resume command; last.ckpt (written at the
+    epoch's start) is the resume point. Returns the exit status of a SIGTERM, 0."""
+    assert run_dir is not None
+    last = (run_dir / "checkpoints" / "last.ckpt").resolve()
+    if trainer.is_global_zero:
+        print(
+            f"lucid fit: stopped by {cause} in epoch {trainer.current_epoch}; resume with "
+            f"`lucid fit --ckpt_path {last}` (the run's {CONFIG_FILE} holds its flags; that "
+            "epoch runs again from its start)",
+            file=sys.stderr,
+        )
+    return 0
