@@ -22,7 +22,7 @@ from lucid_testing.cli_flags import overridden
 from lucid_train import cli
 from lucid_train.atomic_files import atomic_path
 from lucid_train.cli.command_errors import error_line
-from lucid_train.cli.fit_outcome import done_line, finished_line
+from lucid_train.cli.fit_outcome import done_line, finished_line, resuming_line
 from lucid_train.cli.resume import Resume
 from lucid_train.errors import DiskFullError
 from lucid_train.weights.checkpoint_file import CheckpointInfo
@@ -327,6 +327,25 @@ def test_a_resume_counts_as_finished_exactly_where_lightning_would_stop_it(
     assert "<the run's flags> --model.weights" in str(line(1, 1, 1))  # no config.yaml there
     (tmp_path / "config.yaml").write_text("{}")
     assert f"--config {tmp_path / 'config.yaml'} --model.weights" in str(line(1, 1, 1))
+
+
+def test_a_resume_says_the_epoch_it_starts_at_and_that_the_rows_before_stay(
+    tmp_path: Path,
+) -> None:
+    """Was: a resume with an explicit --ckpt_path said nothing of where it resumed (Lightning's
+    "Restoring states" only); a best.ckpt (epoch 0's validation end) resumes at epoch 1."""
+
+    def line(epoch: int, epochs_run: int, name: str = "last.ckpt") -> str:
+        info = CheckpointInfo(tmp_path / name, "detect", "yolo26n", {}, epoch, epochs_run, 3)
+        return resuming_line(Resume(info, tmp_path))
+
+    assert line(0, 0) == (
+        f"lucid fit: resuming {tmp_path} at epoch 0 from last.ckpt (no epoch done before it)"
+    )
+    assert "at epoch 1 from best.ckpt (epoch 0 done, their metrics.csv rows kept)" in line(
+        0, 1, "best.ckpt"
+    )
+    assert "at epoch 3 from last.ckpt (epochs 0-2 done" in line(3, 3)
 
 
 def test_a_fit_stopped_by_ctrl_c_names_its_epoch_and_the_resume_command(

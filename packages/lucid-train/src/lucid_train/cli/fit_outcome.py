@@ -65,11 +65,24 @@ def finished_line(resume: Resume, max_epochs: int | None, max_steps: int) -> str
 
 def already_finished(resume: Resume | None, trainer: Any) -> bool:
     """Whether ``resume`` already reached ``trainer``'s limits; if so rank 0 says so
-    (`finished_line`) and the fit is not started."""
+    (`finished_line`) and the fit is not started. A resume that goes on says at which epoch
+    (`resuming_line`)."""
     line = resume and finished_line(resume, trainer.max_epochs, trainer.max_steps)
-    if line and trainer.is_global_zero:
-        print(line, file=sys.stdout)
+    if trainer.is_global_zero and resume is not None:
+        print(line or resuming_line(resume), file=sys.stdout)
     return bool(line)
+
+
+def resuming_line(resume: Resume) -> str:
+    """``lucid fit: resuming RUN at epoch N ...``: the epoch the resumed fit starts with (the
+    epochs its checkpoint counts as run) and that the rows of the epochs before stay."""
+    info = resume.checkpoint
+    at = info.epochs_run if info.epochs_run is not None else info.epoch
+    if at is None:
+        return f"lucid fit: resuming {resume.run_dir} from {info.path}"
+    done = "no epoch" if at == 0 else "epoch 0" if at == 1 else f"epochs 0-{at - 1}"
+    kept = f"{done} done, their metrics.csv rows kept" if at else "no epoch done before it"
+    return f"lucid fit: resuming {resume.run_dir} at epoch {at} from {info.path.name} ({kept})"
 
 
 def stopped(trainer: Any, run_dir: Path | None, cause: str) -> int:
