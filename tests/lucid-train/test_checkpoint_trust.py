@@ -258,6 +258,23 @@ def test_a_run_resumed_from_an_epochs_end_keeps_that_epochs_row(tmp_path: Path) 
     assert [(r["epoch"], r["val/x"]) for r in rows] == [("0", "0.0"), ("1", "7.0")]
 
 
+def test_a_resume_says_when_it_drops_a_cut_short_metrics_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: a metrics.csv whose last row was cut short lost that row on resume, unsaid."""
+    first = MetricsWriter(tmp_path)
+    for step in range(2):
+        first.log_metrics({"epoch": step, "train/loss": 1.5}, step=step)
+    first.save()
+    with (tmp_path / "metrics.csv").open("a") as f:
+        f.write("2,2,0.7")  # a row cut mid-write
+    MetricsWriter(tmp_path, resume_epoch=2)
+    err = capsys.readouterr().err
+    assert "metrics.csv: dropped 1 unreadable row (cut short" in err and "kept 2" in err
+    MetricsWriter(tmp_path, resume_epoch=2)  # whole rows only now: nothing said
+    assert capsys.readouterr().err == ""
+
+
 def test_a_run_resumed_at_epoch_zero_logs_epoch_zero_once(tmp_path: Path) -> None:
     """Was: a run killed in epoch 1 before that epoch's last.ckpt was written resumes at
     epoch 0, whose new rows (the integer epoch 0, read as no epoch) left the cut pending, so

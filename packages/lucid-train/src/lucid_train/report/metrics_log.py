@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import sys
 from pathlib import Path
 from typing import Any, cast
 
@@ -60,6 +61,19 @@ def _epoch_of(row: dict[str, Any]) -> int | None:
         return None
 
 
+def _say_dropped(path: str, kept: int) -> None:
+    """Say on stderr that a resumed run's ``metrics.csv`` lost lines it cannot read (a partial
+    last line of a run killed mid-write, a row cut short), which its rewrite drops."""
+    with open(path, newline="") as f:
+        lines = sum(1 for line in f if line.strip()) - 1  # the header
+    if lines > kept:
+        print(
+            f"lucid fit: {path}: dropped {lines - kept} unreadable row"
+            f"{'s' * (lines - kept != 1)} (cut short, as by a kill mid-write); kept {kept}",
+            file=sys.stderr,
+        )
+
+
 class MetricsWriter:
     """The experiment object of `RunCSVLogger` (Lightning's ``logger.experiment``).
 
@@ -83,6 +97,8 @@ class MetricsWriter:
                 os.unlink(self.metrics_file_path)
             return
         keys, rows = read_rows(self.metrics_file_path)
+        if os.path.isfile(self.metrics_file_path):
+            _say_dropped(self.metrics_file_path, len(rows))
         self.metrics_keys = keys
         self._cut_pending = bool(keys)
         if keys:
