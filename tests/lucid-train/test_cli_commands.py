@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from lucid_train.cli import main
-from lucid_train.model_spec import parse_model
+from lucid_train.model_spec import a_task, parse_model
 
 TINY = ["--data.img_size", "64", "--data.batch_size", "4", "--data.num_workers", "0"]
 
@@ -40,6 +40,12 @@ def test_model_names_pick_the_task_by_suffix() -> None:
     assert parse_model("yolo26x-obb").scale == "yolo26x"
     with pytest.raises(ValueError, match="yolo26n-seg"):
         parse_model("yolo27n")
+
+
+def test_a_task_in_a_message_takes_its_article() -> None:
+    assert [a_task(t) for t in ("detect", "segment", "pose", "obb")] == [
+        "a detect", "a segment", "a pose", "an obb"
+    ]  # fmt: skip
 
 
 @pytest.mark.slow

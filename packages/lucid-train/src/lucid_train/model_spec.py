@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from lucid_models.scales import parse_model_name
 from lucid_train.data.records import Task
 
-__all__ = ["SUFFIXES", "ModelSpec", "model_name", "parse_model"]
+__all__ = ["SUFFIXES", "ModelSpec", "a_task", "model_name", "parse_model"]
 
 SUFFIXES: dict[Task, str] = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
@@ -53,3 +53,8 @@ def parse_model(name: str) -> ModelSpec:
 def model_name(scale: str, task: Task) -> str:
     """The inverse of `parse_model`: ``("yolo26s", "segment")`` -> ``yolo26s-seg``."""
     return scale + SUFFIXES[task]
+
+
+def a_task(task: str) -> str:
+    """``task`` with its article, for messages: "a detect", "an obb"."""
+    return f"{'an' if task[:1] in 'aeiou' else 'a'} {task}"

@@ -25,7 +25,7 @@ import torch
 
 from lucid_train.data.records import Task
 from lucid_train.errors import LucidError
-from lucid_train.model_spec import SUFFIXES, parse_model
+from lucid_train.model_spec import SUFFIXES, a_task, parse_model
 
 __all__ = [
     "CheckpointError",
@@ -255,8 +255,8 @@ def check_task(info: CheckpointInfo, requested: Task | None, requested_model: st
         suffix = f"a model name ending in {ending!r}" if ending else "a model name without a suffix"
         raise CheckpointTaskError(
             f"checkpoint {info.path} was trained for {info.task} (model {info.model}), but "
-            f"{requested_model or requested} is a {requested} model; drop --model to use the "
-            f"checkpoint's own ({info.model}), or pass a {requested} checkpoint ({suffix})"
+            f"{requested_model or requested} is {a_task(requested)} model; drop --model to use the "
+            f"checkpoint's own ({info.model}), or pass {a_task(requested)} checkpoint ({suffix})"
         )
     if requested_model is not None and requested_model != info.model:
         raise CheckpointTaskError(

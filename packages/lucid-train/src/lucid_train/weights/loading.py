@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lucid_train.model_spec import model_name, parse_model
+from lucid_train.model_spec import a_task, model_name, parse_model
 from lucid_train.weights.authors_names import authors_key, lucid_key
 from lucid_train.weights.authors_pickle import (
     AuthorsCheckpoint,
@@ -223,7 +223,7 @@ def load_weights(module: Any, path: str | Path) -> WeightsReport:
         theirs = parse_model(src.model)
         if theirs.task != module.task:
             raise WeightsError(
-                f"weights {p} are a {theirs.task} model ({src.model}), but this run trains "
+                f"weights {p} are {a_task(theirs.task)} model ({src.model}), but this run trains "
                 f"{module.task} ({here}); pass --model {theirs.name} or {module.task} weights"
             )
         if theirs.scale != parse_model(here).scale:
