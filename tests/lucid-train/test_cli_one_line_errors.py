@@ -361,10 +361,12 @@ def test_a_fit_stopped_by_ctrl_c_names_its_epoch_and_the_resume_command(
             sys.exit(1)  # as Lightning's KeyboardInterrupt handler ends
 
     fake = type("Fake", (), {"resume": None, "trainer": Trainer(), "run_dir": tmp_path})()
+    last = (tmp_path / "checkpoints" / "last.ckpt").resolve()
+    last.parent.mkdir()
+    last.write_bytes(b"x")  # written at epoch 2's start
     with pytest.raises(SystemExit):
         cli.LucidCLI.fit(fake, None, None)  # type: ignore[arg-type]
     err = capsys.readouterr().err
-    last = (tmp_path / "checkpoints" / "last.ckpt").resolve()
     assert "lucid fit: stopped by Ctrl-C (SIGINT) in epoch 2; resume with " in err
     assert f"`lucid fit --ckpt_path {last}`" in err
 
@@ -558,3 +560,23 @@ def test_a_device_lightning_cannot_parse_is_one_line_naming_the_flag(
     assert cli.main(["fit", "--data.root", str(root), *flags]) == 2
     line = _one_error_line(capsys.readouterr().err, "fit")
     assert "Lightning refused --trainer.accelerator cpu, --trainer.devices cuda:0" in line
+
+
+def test_a_fit_stopped_before_its_first_checkpoint_says_there_is_nothing_to_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    from lucid_train.cli.fit_outcome import stopped
+
+    trainer = SimpleNamespace(is_global_zero=True, current_epoch=0)
+    assert stopped(trainer, tmp_path, "SIGTERM") == 0
+    assert "before its first checkpoint; nothing to resume: run the same command again" in (
+        capsys.readouterr().err
+    )
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    stopped(trainer, tmp_path, "SIGTERM")
+    assert "stopped by SIGTERM in epoch 0; resume with `lucid fit --ckpt_path" in (
+        capsys.readouterr().err
+    )

@@ -91,7 +91,13 @@ def stopped(trainer: Any, run_dir: Path | None, cause: str) -> int:
     epoch's start) is the resume point. Returns the exit status of a SIGTERM, 0."""
     assert run_dir is not None
     last = (run_dir / "checkpoints" / "last.ckpt").resolve()
-    if trainer.is_global_zero:
+    if trainer.is_global_zero and not last.is_file():  # stopped before the first one
+        print(
+            f"lucid fit: stopped by {cause} in epoch {trainer.current_epoch}, before its first "
+            "checkpoint; nothing to resume: run the same command again",
+            file=sys.stderr,
+        )
+    elif trainer.is_global_zero:
         print(
             f"lucid fit: stopped by {cause} in epoch {trainer.current_epoch}; resume with "
             f"`lucid fit --ckpt_path {last}` (the run's {CONFIG_FILE} holds its flags; that "
