@@ -41,7 +41,7 @@ from lucid_train.data.transport import Batch
 from lucid_train.distributed import DataParallelStrategy, sum_over_ranks
 from lucid_train.errors import SettingError, check_range
 from lucid_train.losses import DualLoss, LossTerms, PaddedTargets, o2m_weight, pad_targets
-from lucid_train.model_spec import a_task, model_name, parse_model
+from lucid_train.model_spec import model_name, parse_model
 from lucid_train.report.overlays import detections_to_numpy
 from lucid_train.tasks.capacity import CAPTURE_CAPACITY, LossCapacity, print_once
 from lucid_train.tasks.loss_log import TrainingLossLog
@@ -177,8 +177,7 @@ class YOLOModule(SteppingModule):
             raise ValueError(f"{type(self).__name__} trains {self.task}, got task={task!r}")
         if spec.name != spec.scale and spec.task != self.task:
             raise ValueError(
-                f"model {model!r} is {a_task(spec.task)} model; {type(self).__name__} trains "
-                f"{self.task}"
+                f"model {model!r} is for task {spec.task}; {type(self).__name__} trains {self.task}"
             )
         if capture not in CAPTURE_MODES:
             raise SettingError(f"capture must be one of {CAPTURE_MODES}, got {capture!r}")
