@@ -40,16 +40,24 @@ HPARAMS_FILE = "hparams.yaml"
 def read_rows(path: str | Path) -> tuple[list[str], list[dict[str, str]]]:
     """``(columns, rows)`` of a CSV log, up to its last complete line (a crash mid-append can
     leave a partial one); a row with more or fewer fields than the header is dropped too."""
+    columns, rows, _ = _read_rows_counting(path)
+    return columns, rows
+
+
+def _read_rows_counting(path: str | Path) -> tuple[list[str], list[dict[str, str]], int]:
+    """`read_rows` and how many non-blank lines past the header it could not keep."""
     p = Path(path)
     if not p.is_file():
-        return [], []
+        return [], [], 0
     with p.open(newline="") as f:
-        text = f.read()
+        whole = f.read()
+    text = whole
     if text and not text.endswith("\n"):
         text = text[: text.rfind("\n") + 1]
     reader = csv.DictReader(io.StringIO(text, newline=""))
     rows = [r for r in reader if None not in r and None not in r.values()]
-    return list(reader.fieldnames or []), rows
+    lines = sum(1 for line in whole.splitlines() if line.strip()) - 1  # the header
+    return list(reader.fieldnames or []), rows, max(lines - len(rows), 0)
 
 
 def _epoch_of(row: dict[str, Any]) -> int | None:
@@ -61,15 +69,13 @@ def _epoch_of(row: dict[str, Any]) -> int | None:
         return None
 
 
-def _say_dropped(path: str, kept: int) -> None:
+def _say_dropped(path: str, dropped: int, kept: int) -> None:
     """Say on stderr that a resumed run's ``metrics.csv`` lost lines it cannot read (a partial
     last line of a run killed mid-write, a row cut short), which its rewrite drops."""
-    with open(path, newline="") as f:
-        lines = sum(1 for line in f if line.strip()) - 1  # the header
-    if lines > kept:
+    if dropped:
         print(
-            f"lucid fit: {path}: dropped {lines - kept} unreadable row"
-            f"{'s' * (lines - kept != 1)} (cut short, as by a kill mid-write); kept {kept}",
+            f"lucid fit: {path}: dropped {dropped} unreadable row"
+            f"{'s' * (dropped != 1)} (cut short, as by a kill mid-write); kept {kept}",
             file=sys.stderr,
         )
 
@@ -96,9 +102,8 @@ class MetricsWriter:
             if os.path.isfile(self.metrics_file_path):
                 os.unlink(self.metrics_file_path)
             return
-        keys, rows = read_rows(self.metrics_file_path)
-        if os.path.isfile(self.metrics_file_path):
-            _say_dropped(self.metrics_file_path, len(rows))
+        keys, rows, dropped = _read_rows_counting(self.metrics_file_path)
+        _say_dropped(self.metrics_file_path, dropped, len(rows))
         self.metrics_keys = keys
         self._cut_pending = bool(keys)
         if keys:
