@@ -298,23 +298,19 @@ def _write_tables(
         print(text)
 
 
-def _set_name(label: str) -> str:
-    """A row's set without its build tag (``skimage-shapes (skimage-shapes-s0-v2; ...)``)."""
-    return label.split(" (")[0]
-
-
 def _rows_beside_committed_peer(
     args: argparse.Namespace, tasks: list[str], sets: list[str], arms: list[str], seeds: list[int]
 ) -> list[dict[str, Any]]:
     """``--peer-from``: each finished arm's per-seed rows with the ``ultralytics*`` values of the
     committed run's row of the same task, set, path, metric and seed (``peer_source`` names it);
     a seed the committed runs lack is left out."""
+    import peer_seeds
     import peer_tables
 
     committed: dict[tuple[Any, ...], dict[str, Any]] = {}
     for path in args.peer_from:
         for row in json.loads(path.read_text())["seed_rows"]:
-            key = (row["task"], _set_name(row["set"]), row["path"], row["metric"],
+            key = (row["task"], peer_seeds.set_name(row["set"]), row["path"], row["metric"],
                    int(row["seed"]))  # fmt: skip
             committed[key] = {**row, "source": path.name}
     rows: list[dict[str, Any]] = []
@@ -324,7 +320,7 @@ def _rows_beside_committed_peer(
             if ours is None:
                 continue
             for row in peer_tables.accuracy_rows({**ours, "peer": {}}, arm):
-                key = (row["task"], _set_name(row["set"]), row["path"], row["metric"],
+                key = (row["task"], peer_seeds.set_name(row["set"]), row["path"], row["metric"],
                        int(row["seed"]))  # fmt: skip
                 if key not in committed:
                     continue

@@ -69,6 +69,11 @@ def seed_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def set_name(label: str) -> str:
+    """A row's set without its build tag (``skimage-shapes (skimage-shapes-s0-v2; ...)``)."""
+    return label.split(" (")[0]
+
+
 def _f(value: Any, fmt: str = "+.4f") -> str:
     return "n/a" if value is None else format(value, fmt)
 
@@ -96,7 +101,7 @@ def seed_table(rows: list[dict[str, Any]]) -> str:
         arm = r.get("lucid_accumulate")
         task = f"{r['task']} (ours: {arm})" if arm and arm != "auto" else r["task"]
         lines.append(
-            f"| {task} | {r['set'].split(' (')[0]} | {r['path']} | {r['metric']} "
+            f"| {task} | {set_name(r['set'])} | {r['path']} | {r['metric']} "
             f"| {len(r['seeds'])} | {r['epochs']} | {_f(r['lucid_mean'], '.4f')} "
             f"| {_f(r['ultralytics_mean'], '.4f')} | {_f(r['diff_mean'])} ± "
             f"{_f(r['diff_std'], '.4f')} | {_f(r['diff_min'])} | {sizes} | {tta} |"
