@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from lucid_train.data.formats.coco import clip_box
+from lucid_train.data.formats.coco_segmentation import is_ring_length
 from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
 from lucid_train.data.rotated import rbox_corners
@@ -62,7 +63,7 @@ def _has_mask(seg: Any) -> bool:
     if isinstance(seg, dict):
         return True
     return isinstance(seg, list) and any(
-        isinstance(r, list) and len(r) >= 6 and len(r) % 2 == 0 for r in seg
+        isinstance(r, list) and is_ring_length(len(r)) for r in seg
     )
 
 

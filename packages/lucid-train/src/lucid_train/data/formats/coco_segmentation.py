@@ -18,7 +18,12 @@ from lucid_train.data.mask_rings import RleError, rle_rings
 from lucid_train.data.polygons import merge_rings
 from lucid_train.data.records import LoadReport, Task
 
-__all__ = ["annotation_ring"]
+__all__ = ["annotation_ring", "is_ring_length"]
+
+
+def is_ring_length(values: int) -> bool:
+    """Whether a flat polygon of ``values`` numbers is a ring: whole points, at least 3."""
+    return values % 2 == 0 and values >= 6
 
 
 def annotation_ring(
@@ -53,7 +58,7 @@ def annotation_ring(
         return None
     # segment: every ring is a part of the object, joined into one (assumptions D4)
     parts = [number_list(r, aid, "'segmentation' ring") for r in (seg if segment else seg[:1])]
-    good = [r.reshape(-1, 2) for r in parts if r.size % 2 == 0 and r.size >= 6]
+    good = [r.reshape(-1, 2) for r in parts if is_ring_length(r.size)]
     if not good:
         reason = "an odd count of coordinates" if parts[0].size % 2 else "fewer than 3 points"
         if segment:
