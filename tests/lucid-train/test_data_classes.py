@@ -198,3 +198,17 @@ def test_validation_refuses_a_model_whose_classes_the_data_names_otherwise(
         Scorers()(other, fitted, "val", DecodeSettings())
     unnamed = replace(model, class_names=tuple(str(i) for i in range(model.num_classes)))
     assert Scorers()(unnamed, fitted, "val", DecodeSettings()).schema == fitted.schema
+
+
+def test_classes_that_share_a_name_train_apart_and_the_fit_warns(
+    coco_with_categories: Callable[..., Path],
+) -> None:
+    def same_name(split: str, doc: Any) -> None:
+        names = {c["id"]: c for c in doc["categories"]}
+        names[3]["name"] = names[1]["name"].upper()
+
+    root = coco_with_categories([], None, same_name)
+    dm = LucidDataModule("detect", root, batch_size=2, num_workers=0)
+    with pytest.warns(UserWarning, match=r"classes share a name: '\w+' \(ids 1, 3\)"):
+        dm.setup("fit")
+    assert dm.schema.num_classes == 3  # still three classes, as the authors' trainer keeps them

@@ -136,13 +136,20 @@ def test_coco_field_of_the_wrong_type_is_refused_naming_the_entry(
         (b'{"images": []}\n\xff', r"train.json:2: not UTF-8"),
         (b"[1, 2]", r"one JSON object, got list"),
         (b'"images annotations categories"', r"one JSON object, got str"),
+        (
+            b'{"images": [], "annotations": [], "categories": [], "annotations": []}',
+            r"key 'annotations' appears twice in one object \(keys 'images', 'annotations', "
+            r"'categories'\).*merge the two",
+        ),
+        (b'{"images": [{"id": 1, "file_name": "a.jpg", "id": 2}]}', r"key 'id' appears twice"),
     ],
-    ids=["truncated", "not-utf8", "list", "string"],
+    ids=["truncated", "not-utf8", "list", "string", "repeated-list", "repeated-field"],
 )
 def test_coco_file_that_is_not_a_json_object_is_refused_with_the_line(
     tmp_path: Path, raw: bytes, match: str
 ) -> None:
-    """Truncated, non-UTF-8 or non-object JSON: one line naming the file (and line)."""
+    """Truncated, non-UTF-8 or non-object JSON, or an object that repeats a key (the parser
+    would keep the last silently): one line naming the file (and line or key)."""
     ann = _coco(tmp_path, lambda doc: None, raw=raw)
     _refusal(tmp_path, "detect", match, ann)
 

@@ -28,6 +28,7 @@ __all__ = [
     "annotated_classes",
     "check_split_classes",
     "model_classes",
+    "repeated_names_line",
     "restrict_classes",
     "unannotated_line",
 ]
@@ -76,6 +77,25 @@ def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None
     if used.all() or not used.any():  # none annotated: a background-only fit keeps them all
         return None
     return tuple(cid for cid, keep in zip(schema.category_ids, used, strict=True) if keep)
+
+
+def repeated_names_line(schema: DatasetSchema) -> str | None:
+    """The fit's warning when two classes share a name (ignoring case), else None. They train as
+    two classes, as the authors' trainer trains them, but a prediction's label cannot say which
+    one it is, and a category split in two by an export's merge loses half its examples to each."""
+    ids_of: dict[str, list[int]] = {}
+    for name, cid in zip(schema.class_names, schema.category_ids, strict=True):
+        ids_of.setdefault(name.lower(), []).append(cid)
+    shared = [
+        f"{name!r} (ids {', '.join(map(str, ids))})" for name, ids in ids_of.items() if len(ids) > 1
+    ]
+    if not shared:
+        return None
+    return (
+        f"lucid data: classes share a name: {'; '.join(shared)}; they train as separate classes "
+        "and predictions cannot tell them apart by name: give them one id if they are one "
+        "class, else rename one"
+    )
 
 
 def model_classes(category_ids: Sequence[int]) -> tuple[int, ...] | None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch.utils.data import DataLoader
 
 from lucid_train.arg_types import ImageSide, NonNegativeInt, PositiveInt, check_image_side
@@ -26,6 +26,7 @@ from lucid_train.data.builtin_sets.synthetic import SyntheticSpec, synthetic_dat
 from lucid_train.data.classes import (
     annotated_classes,
     check_split_classes,
+    repeated_names_line,
     restrict_classes,
     unannotated_line,
 )
@@ -237,6 +238,8 @@ class LucidDataModule(L.LightningDataModule):
                 self.classes = kept
                 self.indices = {k: restrict_classes(v, kept) for k, v in self.indices.items()}
                 train, val = self._index("train"), self._index("val")
+            if (shared := repeated_names_line(train.schema)) is not None:
+                rank_zero_warn(shared)
         if stage == "validate":
             self._index("val")
         if stage == "test":

@@ -33,7 +33,6 @@ skipped: a segment object without a usable outline keeps its box as its ring.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from lucid_train.data.formats.coco_segmentation import annotation_ring
-from lucid_train.data.formats.input_checks import number_list, read_text
+from lucid_train.data.formats.input_checks import number_list, read_json
 from lucid_train.data.image_io import Verify, check_image, exif_turned
 from lucid_train.data.records import (
     CLIP_NOTED_PX,
@@ -190,15 +189,7 @@ def read_coco(
         A `DatasetIndex` with records sorted by image id and the load report (already logged).
     """
     ann_file, images_dir = Path(ann_file), Path(images_dir)
-    try:
-        doc = json.loads(read_text(ann_file))
-    except json.JSONDecodeError as exc:
-        raise DataFormatError(
-            f"{ann_file}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); fix the "
-            "JSON there (a truncated or hand-edited file?) or export the annotations again"
-        ) from exc
-    except RecursionError as exc:
-        raise DataFormatError(f"{ann_file}: JSON nested too deeply to read; is it COCO?") from exc
+    doc = read_json(ann_file)
     if not isinstance(doc, dict):
         raise DataFormatError(
             f"{ann_file}: a COCO file holds one JSON object, got {type(doc).__name__}"

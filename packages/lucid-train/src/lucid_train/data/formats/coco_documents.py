@@ -13,7 +13,7 @@ import numpy as np
 
 from lucid_train.data.formats.coco import clip_box
 from lucid_train.data.formats.coco_segmentation import is_ring_length
-from lucid_train.data.formats.input_checks import read_text
+from lucid_train.data.formats.input_checks import read_json
 from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
 from lucid_train.data.rotated import rbox_corners
 
@@ -30,7 +30,7 @@ def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
     against the ring it trained, its box (assumptions D4): the mask scorer needs one."""
     if index.coco_json is None:
         raise ValueError("scored_ground_truth: the index was not read from a COCO file")
-    doc: dict[str, Any] = json.loads(read_text(index.coco_json))
+    doc: dict[str, Any] = read_json(index.coco_json)
     source = doc["annotations"]
     by_id = {int(im["id"]): im for im in doc["images"]}
     free_id = 1 + max((int(a["id"]) for a in source if "id" in a), default=0)
