@@ -452,15 +452,18 @@ def test_a_segment_object_without_a_mask_is_scored_against_the_box_it_trained(
     tmp_path: Path, write_doc: Writer
 ) -> None:
     """The mask scorer needs a mask for every object: one whose ``segmentation`` is missing,
-    empty or under 3 points gets, in the scored document, the box ring the loader trained
-    (assumptions D4) instead of stopping validation with the scorer's KeyError; a usable ring
-    stays the file's own."""
+    empty or under 3 points, or whose RLE is empty or of another size, gets, in the scored
+    document, the box ring the loader trained (assumptions D4) instead of stopping validation
+    with the scorer's KeyError or keeping a mask no prediction can match; a usable ring stays
+    the file's own."""
     ring = [10, 5, 30, 5, 30, 15, 10, 15]
     anns = [
         _ann(1, segmentation=[ring]),
         _ann(2, bbox=[40, 20, 10, 8]),
         _ann(3, segmentation=[], bbox=[0, 30, 8, 8]),
         _ann(4, segmentation=[[1, 1, 2, 2]], bbox=[20, 30, 6, 6]),
+        _ann(5, segmentation={"size": [48, 64], "counts": [48 * 64]}, bbox=[50, 30, 4, 4]),
+        _ann(6, segmentation={"size": [48, 63], "counts": [48 * 63]}, bbox=[40, 40, 4, 4]),
     ]
     index = read_coco(write_doc(tmp_path, _doc(anns)), tmp_path / "img", task="segment")
     doc = scored_ground_truth(index)
@@ -470,6 +473,8 @@ def test_a_segment_object_without_a_mask_is_scored_against_the_box_it_trained(
         [[40.0, 20.0, 50.0, 20.0, 50.0, 28.0, 40.0, 28.0]],
         [[0.0, 30.0, 8.0, 30.0, 8.0, 38.0, 0.0, 38.0]],
         [[20.0, 30.0, 26.0, 30.0, 26.0, 36.0, 20.0, 36.0]],
+        [[50.0, 30.0, 54.0, 30.0, 54.0, 34.0, 50.0, 34.0]],
+        [[40.0, 40.0, 44.0, 40.0, 44.0, 44.0, 40.0, 44.0]],
     ]
     dets = [  # each object predicted as its scored ring: a perfect prediction
         {

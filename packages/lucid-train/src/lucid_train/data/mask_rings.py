@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from lucid_train.data.polygons import signed_area
 
-__all__ = ["RleError", "rle_rings"]
+__all__ = ["RleError", "rle_has_area", "rle_rings"]
 
 F64 = npt.NDArray[np.float64]
 
@@ -121,6 +121,16 @@ def _corners(loop: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     d1, d2 = loop - np.roll(loop, 1, 0), np.roll(loop, -1, 0) - loop
     turn: npt.NDArray[np.bool_] = d1[:, 0] * d2[:, 1] - d1[:, 1] * d2[:, 0] != 0
     return loop[turn]
+
+
+def rle_has_area(seg: dict[str, Any], height: int, width: int) -> bool:
+    """Whether ``seg`` reads as a run-length mask of a ``height`` x ``width`` image with at least
+    one pixel set: the RLE masks a reader trains as they are (`rle_rings`); others train their
+    box."""
+    try:
+        return bool(_decode(seg, height, width).any())
+    except RleError:
+        return False
 
 
 def rle_rings(seg: dict[str, Any], height: int, width: int) -> list[F64]:

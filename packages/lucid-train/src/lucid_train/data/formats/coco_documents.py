@@ -14,6 +14,7 @@ import numpy as np
 from lucid_train.data.formats.coco import clip_box
 from lucid_train.data.formats.coco_segmentation import is_ring_length
 from lucid_train.data.formats.input_checks import read_json
+from lucid_train.data.mask_rings import rle_has_area
 from lucid_train.data.records import DatasetIndex, DatasetSchema, ImageRecord
 from lucid_train.data.rotated import rbox_corners
 
@@ -26,8 +27,9 @@ def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
     kept, box clipped as it clipped it (``bbox`` rewritten, the rest of the entry as in the
     file), then their crowd regions as they are. A perfect prediction of the records' targets
     then scores 1.0, whatever the file held that the loader skipped or clipped. A segment
-    object without a usable ``segmentation`` (none, empty, every ring under 3 points) is scored
-    against the ring it trained, its box (assumptions D4): the mask scorer needs one."""
+    object without a usable ``segmentation`` (none, empty, every ring under 3 points, an RLE
+    that is empty or not of its image) is scored against the ring it trained, its box
+    (assumptions D4): the mask scorer needs one, and an empty one could never be matched."""
     if index.coco_json is None:
         raise ValueError("scored_ground_truth: the index was not read from a COCO file")
     doc: dict[str, Any] = read_json(index.coco_json)
@@ -42,7 +44,7 @@ def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
         polygons = rec.targets.polygons
         for i, pos in enumerate(rec.scored):
             ann = {**source[pos], "image_id": rec.image_id}
-            without = segment and not _has_mask(ann.get("segmentation"))
+            without = segment and not _has_mask(ann.get("segmentation"), rec.height, rec.width)
             if without and polygons is not None and i < len(polygons):
                 ann["segmentation"] = [[float(v) for v in polygons[i].reshape(-1)]]
             ann["id"] = int(ann["id"]) if "id" in ann else free_id + pos
@@ -57,11 +59,11 @@ def scored_ground_truth(index: DatasetIndex) -> dict[str, Any]:
     return {**doc, "images": images, "annotations": anns}
 
 
-def _has_mask(seg: Any) -> bool:
-    """Whether a ``segmentation`` entry is one the mask scorer reads: an RLE, or polygon rings
-    of which one has at least 3 points."""
+def _has_mask(seg: Any, height: int, width: int) -> bool:
+    """Whether a ``segmentation`` entry is a mask the reader trained as it is: an RLE of its
+    image with a pixel set, or polygon rings of which one has at least 3 points."""
     if isinstance(seg, dict):
-        return True
+        return rle_has_area(seg, height, width)
     return isinstance(seg, list) and any(
         isinstance(r, list) and is_ring_length(len(r)) for r in seg
     )
