@@ -108,6 +108,10 @@ def test_images_of_one_stem_each_keep_their_overlay(
     overlays = [e["overlay"] for e in entries]
     assert overlays == ["a.jpg", "a.png.jpg", "x/a.jpg", "y/a.jpg"]
     assert all((tmp_path / "out" / o).is_file() for o in overlays)
+    # an image skipped as undecodable keeps its name: the others' overlays do not move
+    (folder / "a.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    out = predict_images(_untrained_detector(root), folder, tmp_path / "out2", conf=0.0)
+    assert [e["overlay"] for e in json.loads(out.read_text())] == overlays[1:]
 
 
 def test_an_output_folder_that_is_a_file_is_one_line_naming_it(

@@ -95,7 +95,8 @@ def predict_images(
         )
     out = Path(out_dir)
     paths = list(iter_images(source))
-    _refuse_overwriting_sources(paths, source, out)
+    overlays = _overlay_names(paths, source)
+    _refuse_overwriting_sources(paths, overlays, out)
     out.mkdir(parents=True, exist_ok=True)
     size = int(img_size or module.hparams.get("img_size", 640))
     module = module.to(device).eval()
@@ -103,8 +104,7 @@ def predict_images(
     names = list(hp["class_names"])
     results: list[dict[str, Any]] = []
     bad: list[str] = []
-    taken: set[Path] = set()
-    for path in paths:
+    for path, overlay in zip(paths, overlays, strict=True):
         try:
             image = open_rgb(path)
         except CorruptImageError as err:
@@ -149,7 +149,6 @@ def predict_images(
                 size,
                 (image.height, image.width),
             )
-        overlay = _overlay_name(path, source, taken)
         (out / overlay).parent.mkdir(parents=True, exist_ok=True)
         save_image(draw_overlay(record, names, hp.get("skeleton", ())), out / overlay)
         results.append({**_json_entry(path, image.size, record, names), "overlay": str(overlay)})
@@ -169,14 +168,13 @@ def predict_images(
     return write_text(target, json.dumps(results, indent=1))
 
 
-def _refuse_overwriting_sources(paths: list[Path], source: str | Path, out: Path) -> None:
+def _refuse_overwriting_sources(paths: list[Path], overlays: list[Path], out: Path) -> None:
     """Refuse an ``out`` where an overlay would replace one of the images predicted (``--out``
     the source folder itself: each ``a.jpg`` overlay over its ``a.jpg``), before anything is
     written."""
     inputs = {p.resolve() for p in paths}
-    taken: set[Path] = set()
-    for path in paths:
-        target = out / _overlay_name(path, source, taken)
+    for path, overlay in zip(paths, overlays, strict=True):
+        target = out / overlay
         if target.resolve() in inputs:
             raise SettingError(
                 f"--out {out}: the overlay of {path} would replace the image {target}, one of "
@@ -185,21 +183,26 @@ def _refuse_overwriting_sources(paths: list[Path], source: str | Path, out: Path
             )
 
 
-def _overlay_name(path: Path, source: str | Path, taken: set[Path]) -> Path:
-    """``path``'s overlay, relative to the output folder: its place under the source folder
+def _overlay_names(paths: list[Path], source: str | Path) -> list[Path]:
+    """Each path's overlay, relative to the output folder: its place under the source folder
     with the suffix ``.jpg``, else its whole name then ``.jpg`` (``a.png.jpg``) when an earlier
-    image took that, so no overlay overwrites another's."""
+    image took that, so no overlay overwrites another's. One list serves the overwrite check
+    and the writes, so an image skipped as undecodable cannot shift the names between them."""
     base = Path(source)
-    rel = path.relative_to(base) if base.is_dir() else Path(path.name)
-    name = rel.with_suffix(".jpg")
-    if name in taken:
-        name = rel.with_name(f"{rel.name}.jpg")
-    for n in range(2, len(taken) + 2):
-        if name not in taken:
-            break
-        name = rel.with_name(f"{rel.name}.{n}.jpg")
-    taken.add(name)
-    return name
+    taken: set[Path] = set()
+    names: list[Path] = []
+    for path in paths:
+        rel = path.relative_to(base) if base.is_dir() else Path(path.name)
+        name = rel.with_suffix(".jpg")
+        if name in taken:
+            name = rel.with_name(f"{rel.name}.jpg")
+        for n in range(2, len(taken) + 2):
+            if name not in taken:
+                break
+            name = rel.with_name(f"{rel.name}.{n}.jpg")
+        taken.add(name)
+        names.append(name)
+    return names
 
 
 def _json_entry(
