@@ -385,15 +385,19 @@ def test_a_writer_process_that_dies_is_named_and_the_next_save_starts_another(
     io.teardown()
 
 
-def test_a_write_that_fails_in_the_writer_process_is_raised_naming_the_file(
-    tmp_path: Path,
+@pytest.mark.parametrize("process", [True, False], ids=["writer-process", "writer-thread"])
+def test_a_write_that_fails_in_the_writer_is_raised_naming_the_file_and_what_is_in_the_way(
+    tmp_path: Path, process: bool
 ) -> None:
-    io = AtomicCheckpointIO(background=True)
+    """Was: a file where the checkpoint folder should be was blamed on disk space."""
+    io = AtomicCheckpointIO(background=True, process=process)
     (tmp_path / "runs").write_text("a file where the run folder should be")
     target = tmp_path / "runs" / "last.ckpt"
     io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, target)
-    with pytest.raises(CheckpointWriteError, match=r"runs/last\.ckpt failed.*Error"):
+    in_the_way = r"runs/last\.ckpt failed.*FileExistsError.*runs must be a folder and last\.ckpt a"
+    with pytest.raises(CheckpointWriteError, match=in_the_way) as caught:
         io.wait()
+    assert "disk space" not in str(caught.value)
     io.teardown()
 
 

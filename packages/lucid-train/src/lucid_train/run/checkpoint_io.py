@@ -259,9 +259,20 @@ def _raise_write_error(error: BaseException, path: Path) -> None:
     if isinstance(error, DiskFullError) or full:
         raise CheckpointWriteError(full or str(error)) from error
     raise CheckpointWriteError(
-        f"writing checkpoint {path} failed: {type(error).__name__}: {error}; the file "
-        "keeps its previous version (free disk space or pick another --run.root)"
+        f"writing checkpoint {path} failed: {type(error).__name__}: {error}; the file keeps its "
+        f"previous version ({_write_fix(error, path)})"
     ) from error
+
+
+def _write_fix(error: BaseException, path: Path) -> str:
+    """What to do about a failed checkpoint write, read from the error's kind (the writer
+    process answers with its name in the text)."""
+    said = f"{type(error).__name__}: {error}"
+    if any(kind in said for kind in ("NotADirectoryError", "FileExistsError", "IsADirectoryError")):
+        return f"{path.parent} must be a folder and {path.name} a file: move away what is there"
+    if "PermissionError" in said:
+        return f"no permission to write in {path.parent}: pick another --run.root"
+    return "free disk space or pick another --run.root"
 
 
 def _write(checkpoint: dict[str, Any], path: Path) -> None:
