@@ -82,7 +82,7 @@ def annotated_classes(indices: Iterable[DatasetIndex]) -> tuple[int, ...] | None
 def repeated_names_line(schema: DatasetSchema) -> str | None:
     """The fit's warning when two classes share a name (ignoring case), else None. They train as
     two classes, as the authors' trainer trains them, but a prediction's label cannot say which
-    one it is, and a category split in two by an export's merge loses half its examples to each."""
+    one it is."""
     ids_of: dict[str, list[int]] = {}
     for name, cid in zip(schema.class_names, schema.category_ids, strict=True):
         ids_of.setdefault(name.lower(), []).append(cid)
