@@ -14,6 +14,7 @@ import pytest
 from lucid_train.data import DataFormatError, EmptySplitError, LucidDataModule, read_split
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.formats.yolo_files import NOT_AN_IMAGE
 from lucid_train.data.records import Task
 from lucid_train.data.transport import collate
 from lucid_train.run.skipped_images import SkippedImages, summary
@@ -179,6 +180,33 @@ def test_a_windows_path_in_an_image_list_names_the_list_and_line(
     _yolo(tmp_path, "path: .\ntrain: train.txt\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
     (tmp_path / "train.txt").write_text("images/train/a.png\nC:\\data\\images\\b.png\n")
     with pytest.raises(DataFormatError, match=r"train\.txt:2: .*Windows way"):
+        read_split(tmp_path, "train", task="detect")
+
+
+def test_an_image_list_line_that_names_no_image_is_counted_by_what_it_names(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: a missing absolute path or a non-image line was refused as "must sit under an
+    'images' folder" without the list's name, and a folder counted as a corrupt image. Now
+    a missing file is counted as missing, a folder as a folder, a line without an image suffix
+    skipped and counted (the authors' reader filters them), and an image outside an 'images'
+    folder refused naming the list and line."""
+    _yolo(tmp_path, "path: .\ntrain: train.txt\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
+    (tmp_path / "images" / "train" / "odd.png").mkdir()
+    lines = ["images/train/a.png", "/abs/missing.png", "data.yaml", "images/train"]
+    (tmp_path / "train.txt").write_text("\n".join([*lines, "images/train/odd.png"]) + "\n")
+    index = read_split(tmp_path, "train", task="detect")
+    assert [r.path.name for r in index.records] == ["a.png"]
+    assert index.report.counts == {
+        "missing image file": 1,
+        NOT_AN_IMAGE: 2,
+        "image list line naming a folder (skipped)": 1,
+    }
+    listed = tmp_path / "train.txt"
+    assert index.report.examples[NOT_AN_IMAGE] == [f"{listed}:3", f"{listed}:4"]
+    write_image(tmp_path / "elsewhere" / "b.png", 32, 24)
+    (tmp_path / "train.txt").write_text("images/train/a.png\nelsewhere/b.png\n")
+    with pytest.raises(DataFormatError, match=r"train\.txt:2: .*b\.png is not under an 'images'"):
         read_split(tmp_path, "train", task="detect")
 
 

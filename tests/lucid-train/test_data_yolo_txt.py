@@ -12,7 +12,7 @@ import pytest
 from lucid_train.data.builtin_sets.synthetic import main as synthetic_main
 from lucid_train.data.formats.coco import read_coco
 from lucid_train.data.formats.data_yaml import dump_data_yaml, parse_data_yaml
-from lucid_train.data.formats.yolo_txt import MissingLabels, read_yolo, write_yolo
+from lucid_train.data.formats.yolo_txt import DUPLICATE_LINE, MissingLabels, read_yolo, write_yolo
 from lucid_train.data.records import DataFormatError, Task
 
 YAML = """# a comment
@@ -215,6 +215,59 @@ def test_values_within_the_authors_slack_of_the_unit_range_are_clipped_and_count
         assert targets.polygons is not None and targets.polygons[0][:, 0].min() == 0
     if task == "pose":
         assert targets.keypoints is not None and targets.keypoints[0, 0, 0] == 100
+
+
+@pytest.mark.parametrize(
+    ("task", "lines", "kept"),
+    [
+        ("detect", ["0 0.5 0.5 0.2 0.2"] * 3 + ["1 0.5 0.5 0.2 0.2"], 2),
+        ("pose", ["0 0.5 0.5 0.2 0.2 0.5 0.5 2 0.4 0.4 1"] * 2, 1),
+        # the authors compare a polygon's class and envelope: another ring of one box repeats
+        ("segment", ["0 .1 .1 .5 .1 .5 .5", "0 .1 .1 .5 .5 .1 .5", "0 .1 .1 .5 .1 .4 .4"], 2),
+        ("obb", ["0 0.1 0.1 0.2 0.1 0.2 0.2 0.1 0.2"] * 2, 1),
+    ],
+)  # fmt: skip
+def test_a_label_line_repeating_an_earlier_one_is_dropped_and_counted(
+    tmp_path: Path, write_image: Callable[..., Path], task: Task, lines: list[str], kept: int
+) -> None:
+    """Was: kept, so a pasted line trained twice and a val object counted twice; the authors'
+    reader drops such rows and warns."""
+    extra = "kpt_shape: [2, 3]\n" if task == "pose" else ""
+    data = _dataset(tmp_path, write_image, BASE + extra, {"x": "\n".join(lines) + "\n"})
+    index = read_yolo(data, "train", task=task)
+    assert len(index.records[0].targets) == kept
+    assert index.report.counts == {DUPLICATE_LINE: len(lines) - kept}
+
+
+def test_an_obb_quad_on_one_line_is_an_empty_box_skipped_and_counted(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: kept as a rotated box 0 (or 3e-14) px wide, unsaid; a detect box without area is
+    skipped and counted, and so is this."""
+    lines = "0 0.5 0.5 0.5 0.5 0.5 0.5 0.5 0.5\n0 0.1 0.1 0.3 0.3 0.6 0.6 0.9 0.9\n"
+    lines += "1 0.1 0.1 0.2 0.1 0.2 0.2 0.1 0.2\n"
+    index = read_yolo(_dataset(tmp_path, write_image, BASE, {"x": lines}), "train", task="obb")
+    targets = index.records[0].targets
+    assert targets.labels.tolist() == [1] and targets.rboxes is not None
+    assert index.report.counts == {"empty box (zero width or height)": 2}
+    assert index.report.examples["empty box (zero width or height)"][0].endswith("x.txt:1")
+
+
+def test_keypoint_visibility_between_the_codes_reads_as_labelled_and_is_counted(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was: rounded, so 0.5 became 0 and the keypoint was dropped unsaid; the authors' loss and
+    metrics take any non-zero visibility as labelled. Outside [0, 2] it is refused, naming it."""
+    yaml = BASE + "kpt_shape: [3, 3]\nflip_idx: [0, 1, 2]\n"
+    line = "0 0.5 0.5 0.2 0.4 0.5 0.4 0.5 0.6 0.4 1.4 0.7 0.4 2\n"
+    index = read_yolo(_dataset(tmp_path, write_image, yaml, {"x": line}), "train", task="pose")
+    t = index.records[0].targets
+    assert t.keypoint_vis is not None and t.keypoint_vis[0].tolist() == [1, 2, 2]
+    assert index.report.counts == {"keypoint visibility not 0, 1 or 2: read as labelled (not 0)": 1}
+    (tmp_path / "bad").mkdir()
+    bad = _dataset(tmp_path / "bad", write_image, yaml, {"x": line.replace(" 2\n", " 3\n")})
+    with pytest.raises(DataFormatError, match=r"x.txt:1: keypoint visibility 3; it must be 0"):
+        read_yolo(bad, "train", task="pose")
 
 
 def test_missing_label_file_differs_from_an_empty_one(

@@ -23,6 +23,7 @@ from lucid_train.data.records import DataFormatError, LoadReport
 __all__ = ["count_orphan_labels", "label_path", "split_images"]
 
 _log = logging.getLogger("lucid_train.data")
+NOT_AN_IMAGE = "image list line that names no image by its suffix (skipped)"
 
 
 def label_path(image: Path) -> Path:
@@ -65,7 +66,16 @@ def _images_under(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-def split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]:
+def _under_images(path: Path) -> bool:
+    return "images" in path.parts[:-1]
+
+
+def split_images(
+    root: Path, entry: Any, where: Path, split: str, report: LoadReport | None = None
+) -> list[Path]:
+    """The image paths of a split's ``entry`` (see the module). A list's line that is not an
+    image by its suffix is skipped and counted in ``report``, as the authors' reader filters
+    such lines; one naming an image outside an ``images`` folder is refused with its line."""
     if entry is None:
         raise DataFormatError(f"{where}: no '{split}' entry; add '{split}: images/{split}'")
     entries = entry if isinstance(entry, list) else [entry]
@@ -94,7 +104,17 @@ def split_images(root: Path, entry: Any, where: Path, split: str) -> list[Path]:
                     if hint := _windows_path_hint(written):
                         raise DataFormatError(f"{p}:{number}: {written!r:.80}{hint}")
                     q = Path(written)
-                    images.append(q if q.is_absolute() else root / q)
+                    q = q if q.is_absolute() else root / q
+                    if q.suffix.lower() not in IMAGE_SUFFIXES:
+                        if report is not None:
+                            report.skip(NOT_AN_IMAGE, f"{p}:{number}")
+                        continue
+                    if q.exists() and not _under_images(q):
+                        raise DataFormatError(
+                            f"{p}:{number}: {q} is not under an 'images' folder; a YOLO "
+                            "image must be, its label file in the 'labels' folder beside it"
+                        )
+                    images.append(q)
         elif not p.exists():
             raise DataFormatError(
                 f"{where}: '{split}: {e}' does not exist: looked for {p} (relative paths are "

@@ -18,8 +18,12 @@ them; further out they are refused, naming the file and line. Boxes are clipped 
 An empty label file is a background image; a *missing* label file is an error by default
 (``missing_labels`` chooses ``skip`` or ``background`` instead, both counted in the load
 report); a folder where the label file should be is an error whatever ``missing_labels`` says.
-A box without area (zero width or height) is skipped and counted, as the COCO reader does; so
-is a label file under ``labels/`` that no image of the split has. An image listed twice (a
+A box without area (zero width or height; an obb quad on one line) is skipped and counted, as
+the COCO reader does; so is a label file under ``labels/`` that no image of the split has, and
+a line repeating an earlier one of its file (the authors' reader drops such rows: whole rows
+for detect and pose, the class and envelope for segment and obb). A keypoint visibility other
+than 0, 1 or 2 but within [0, 2] reads as labelled, as any non-zero one is in the authors' loss
+and metrics, and is counted. An image listed twice (a
 folder named twice, a repeated line) is read once, and an image whose label file another
 image of the split already took (``a.jpg`` beside ``a.png``) is skipped; both counted. Folders
 are walked through symbolic links to folders.
@@ -58,6 +62,9 @@ MissingLabels = Literal["error", "skip", "background"]
 
 # More keypoints than any skeleton has: a larger kpt_shape is a typo, not a dataset.
 MAX_KEYPOINTS = 1000
+# A rotated box side at most this (pixels) is no side: four points on one line fit ~1e-14.
+EMPTY_SIDE_PX = 1e-6
+DUPLICATE_LINE = "label line repeating an earlier one (dropped, as the authors' reader drops it)"
 # The authors' loader (8.4.190 `verify_image_label`) accepts label values this far outside
 # [0, 1] (an exporter's rounding) and clips the instances to the image; further out is refused.
 SLACK = 0.01
@@ -158,7 +165,11 @@ def read_yolo(
     records: list[ImageRecord] = []
     listed: dict[Path, Path] = {}  # label path -> the image that took it, read or skipped
     read: set[str] = set()  # real paths of the images listed so far
-    for image in split_images(root, cfg.get(split), data_yaml, split):
+    for image in split_images(root, cfg.get(split), data_yaml, split, report):
+        if not image.is_file():  # a list's line; a folder's walk finds files
+            reason = "image list line naming a folder (skipped)" if image.is_dir() else None
+            report.skip(reason or "missing image file", str(image))
+            continue
         real = os.path.realpath(image)
         if real in read:
             report.skip("image listed twice (read once)", str(image))
@@ -230,6 +241,8 @@ def parse_label_text(
     task, k = schema.task, schema.num_keypoints
     scale = np.array([width, height], np.float64)
     boxes, labels, rings, rboxes_in, kpts = [], [], [], [], []
+    obb_at: list[str] = []
+    seen: set[tuple[float, ...]] = set()
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -279,6 +292,18 @@ def parse_label_text(
             raise DataFormatError(
                 f"{at}: expected {expected} values for task {task!r}{what}, got {len(values)}{fix}"
             )
+        # The authors' reader drops repeated rows: whole rows for detect and pose, the class
+        # and the outline's envelope for segment and obb (which it reads as polygons).
+        if task in ("segment", "obb"):
+            pts = coords.reshape(-1, 2)
+            key = (cls, *pts.min(0), *pts.max(0))
+        else:
+            key = tuple(values)
+        if key in seen:
+            if report is not None:
+                report.skip(DUPLICATE_LINE, at)
+            continue
+        seen.add(key)
         check = coords
         slack_noted = False  # a line counted for its slack is not counted again for its box
         if task == "pose" and dims == 3:
@@ -322,16 +347,22 @@ def parse_label_text(
             boxes.append([*ring.min(0), *ring.max(0)])
         if task == "obb":
             rboxes_in.append(coords.reshape(4, 2) * scale)
+            obb_at.append(at)
         if task == "pose":
             kp = coords[4:].reshape(k, dims)
-            vis = kp[:, 2].round() if dims == 3 else np.full(k, 2.0)
-            if ((vis < 0) | (vis > 2)).any():
-                raise DataFormatError(f"{at}: keypoint visibility must be 0, 1 or 2")
+            vis = _visibility(kp[:, 2], at, report) if dims == 3 else np.full(k, 2.0)
             kpts.append(np.concatenate([kp[:, :2] * scale, vis[:, None]], -1))
     n = len(labels)
     lab = np.asarray(labels, np.int64).reshape(n)
     if task == "obb":
         rb = fit_rboxes(np.stack(rboxes_in) if rboxes_in else np.zeros((0, 4, 2)))
+        # four points on one line (or one point) fit a box without area, as a detect box of
+        # zero width: skipped and counted (a float fit leaves ~1e-14 px, not 0)
+        solid = (rb[:, 2:4] > EMPTY_SIDE_PX).all(1)
+        if report is not None:
+            for i in np.flatnonzero(~solid):
+                report.skip("empty box (zero width or height)", obb_at[i])
+        rb, lab = rb[solid], lab[solid]
         return Targets(boxes=rbox_envelopes(rb), labels=lab, rboxes=rb)
     box = np.asarray(boxes, np.float32).reshape(n, 4)
     if task == "segment":
@@ -342,6 +373,22 @@ def parse_label_text(
         xy = np.where(vis8[..., None] > 0, arr[..., :2], 0).astype(np.float32)
         return Targets(boxes=box, labels=lab, keypoints=xy, keypoint_vis=vis8)
     return Targets(boxes=box, labels=lab)
+
+
+def _visibility(v: np.ndarray, at: str, report: LoadReport | None) -> np.ndarray:
+    """Keypoint visibilities as 0, 1 or 2. Another value in (0, 2] is labelled, as any
+    non-zero one is in the authors' loss and metrics: 1 up to 1, else 2, counted; values
+    outside [0, 2] are refused."""
+    if ((v < 0) | (v > 2)).any():
+        bad = float(v[(v < 0) | (v > 2)][0])
+        raise DataFormatError(
+            f"{at}: keypoint visibility {bad:g}; it must be 0 (not labelled), 1 (labelled, "
+            "hidden) or 2 (labelled, visible)"
+        )
+    whole = np.where(v == 0, 0.0, np.where(v <= 1, 1.0, 2.0))
+    if report is not None and (whole != v).any():
+        report.skip("keypoint visibility not 0, 1 or 2: read as labelled (not 0)", at)
+    return whole
 
 
 def _box_of_other_task(
