@@ -127,6 +127,8 @@ def test_a_bad_checkpoint_is_named_with_the_last_good_one(
         load_checkpoint_file(bad)
     text = str(err.value)
     assert f"checkpoint {bad} is truncated or corrupt" in text
+    if damage == "garbage":  # its first bytes, not the unpickler's KeyError
+        assert "(it begins b'not a checkp', neither a zip archive nor a pickle" in text
     assert f"the last good checkpoint there is {good} (epoch 4)" in text
 
     assert main(["predict", "--ckpt", str(bad), "--source", str(tmp_path)]) == 2

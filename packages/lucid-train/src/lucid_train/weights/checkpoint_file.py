@@ -119,6 +119,16 @@ def _torch_load(path: Path, map_location: Any) -> Any:
     return torch.load(path, map_location=map_location, weights_only=True)
 
 
+def _what_failed(path: Path, err: Exception) -> str:
+    """Why the file did not load: what its first bytes are when no torch file begins so (the
+    unpickler's own error, ``KeyError: 101``, says nothing to a user), else that error."""
+    with path.open("rb") as f:
+        head = f.read(12)
+    if head and not head.startswith((_ZIP_MAGIC, b"\x80")):
+        return f"it begins {head!r}, neither a zip archive nor a pickle as torch.save writes"
+    return _first_line(err)
+
+
 def _is_plain_pickle(path: Path) -> bool:
     """A pickle that torch.save did not write (no zip, no torch magic number)."""
     with path.open("rb") as f:
@@ -169,7 +179,7 @@ def load_checkpoint_file(path: str | Path, map_location: Any = "cpu") -> Any:
                 "wrote (runs/<task>/<name>/checkpoints/)",
                 finding,
             ) from None
-        finding = f"is truncated or corrupt ({_first_line(err)})"
+        finding = f"is truncated or corrupt ({_what_failed(p, err)})"
         raise CorruptCheckpointError(
             f"checkpoint {p} {finding}; {_last_good_checkpoint(p)}", finding
         ) from None
