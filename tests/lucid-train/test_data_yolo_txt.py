@@ -222,8 +222,8 @@ def test_values_within_the_authors_slack_of_the_unit_range_are_clipped_and_count
     [
         ("detect", ["0 0.5 0.5 0.2 0.2"] * 3 + ["1 0.5 0.5 0.2 0.2"], 2),
         ("pose", ["0 0.5 0.5 0.2 0.2 0.5 0.5 2 0.4 0.4 1"] * 2, 1),
-        # the authors compare a polygon's class and envelope: another ring of one box repeats
-        ("segment", ["0 .1 .1 .5 .1 .5 .5", "0 .1 .1 .5 .5 .1 .5", "0 .1 .1 .5 .1 .4 .4"], 2),
+        # another ring of the same box is another object
+        ("segment", ["0 .1 .1 .5 .1 .5 .5", "0 .1 .1 .5 .5 .1 .5", "0 .1 .1 .5 .1 .5 .5"], 2),
         ("obb", ["0 0.1 0.1 0.2 0.1 0.2 0.2 0.1 0.2"] * 2, 1),
     ],
 )  # fmt: skip

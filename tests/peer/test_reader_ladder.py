@@ -166,3 +166,34 @@ def test_a_detect_read_of_a_segment_or_pose_set_keeps_the_authors_boxes(
     order = np.lexsort(lb.T[::-1])  # theirs come back sorted by their duplicate check
     ours = np.concatenate([t.labels[:, None], ours_xywh], 1)
     np.testing.assert_allclose(ours[np.lexsort(ours.T[::-1])], lb[order], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("task", "lines", "nkpt"),
+    [
+        ("detect", ["0 0.5 0.5 0.2 0.2"] * 3 + ["1 0.5 0.5 0.2 0.2", "0 0.5 0.5 0.2 0.3"], 0),
+        ("pose", ["0 0.5 0.5 0.2 0.2 0.5 0.5 2 0.4 0.4 1"] * 2 + ["0 0.5 0.5 0.2 0.2 0 0 0 0.4 0.4 1"], 2),
+        ("segment", ["0 .1 .1 .5 .1 .5 .5", "0 .1 .1 .5 .5 .1 .5", "0 .1 .1 .5 .1 .5 .5"], 0),
+        ("obb", ["0 .1 .1 .2 .1 .2 .2 .1 .2", "0 .2 .2 .1 .2 .1 .1 .2 .1", "0 .1 .1 .2 .1 .2 .2 .1 .2"], 0),
+    ],
+)  # fmt: skip
+def test_repeated_label_lines_are_dropped_where_the_authors_loader_drops_them(
+    tmp_path: Path, task: str, lines: list[str], nkpt: int
+) -> None:
+    """Their `verify_image_label` removes repeated rows (a polygon, which an obb row is to it,
+    only when its class and every point repeat: another ring of the same box is kept); ours
+    keeps the same count."""
+    from ultralytics.data.utils import verify_image_label
+
+    (tmp_path / "images" / "train").mkdir(parents=True)
+    (tmp_path / "labels" / "train").mkdir(parents=True)
+    image = tmp_path / "images" / "train" / "a.png"
+    Image.new("RGB", (W, H), (90, 90, 90)).save(image)
+    label = tmp_path / "labels" / "train" / "a.txt"
+    label.write_text("\n".join(lines) + "\n")
+    extra = f"kpt_shape: [{nkpt}, 3]\nflip_idx: [1, 0]\n" if nkpt else ""
+    (tmp_path / "data.yaml").write_text(f"path: .\ntrain: images/train\nnames: [a, b]\n{extra}")
+    theirs = verify_image_label((str(image), str(label), "", bool(nkpt), 2, nkpt, 3, False))
+    assert theirs[-1].endswith("duplicate labels removed"), theirs[-1]
+    index = read_yolo(tmp_path / "data.yaml", "train", task=task)  # type: ignore[arg-type]
+    assert len(index.records[0].targets) == len(theirs[1]) < len(lines)

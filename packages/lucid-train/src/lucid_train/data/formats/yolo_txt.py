@@ -20,8 +20,7 @@ An empty label file is a background image; a *missing* label file is an error by
 report); a folder where the label file should be is an error whatever ``missing_labels`` says.
 A box without area (zero width or height; an obb quad on one line) is skipped and counted, as
 the COCO reader does; so is a label file under ``labels/`` that no image of the split has, and
-a line repeating an earlier one of its file (the authors' reader drops such rows: whole rows
-for detect and pose, the class and envelope for segment and obb). A keypoint visibility other
+a line repeating an earlier one of its file (the authors' reader drops such rows). A keypoint visibility other
 than 0, 1 or 2 but within [0, 2] reads as labelled, as any non-zero one is in the authors' loss
 and metrics, and is counted. An image listed twice (a
 folder named twice, a repeated line) is read once, and an image whose label file another
@@ -292,13 +291,7 @@ def parse_label_text(
             raise DataFormatError(
                 f"{at}: expected {expected} values for task {task!r}{what}, got {len(values)}{fix}"
             )
-        # The authors' reader drops repeated rows: whole rows for detect and pose, the class
-        # and the outline's envelope for segment and obb (which it reads as polygons).
-        if task in ("segment", "obb"):
-            pts = coords.reshape(-1, 2)
-            key = (cls, *pts.min(0), *pts.max(0))
-        else:
-            key = tuple(values)
+        key = tuple(values)  # the authors' reader drops a row equal to an earlier one
         if key in seen:
             if report is not None:
                 report.skip(DUPLICATE_LINE, at)
