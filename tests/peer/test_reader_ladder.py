@@ -2,8 +2,9 @@
 (assumptions D4, D22), the same file through our reader and through Ultralytics' own
 `convert_coco`, whose YOLO labels are what their trainer reads (objects of several polygon
 rings and run-length masks, a category that no annotation uses, one without an outline); YOLO
-label values past [0, 1] where their loader reads them; and a segment or pose set read for
-boxes, as their loader reads it for a box task."""
+label values past [0, 1] where their loader reads them; a segment or pose set read for boxes,
+as their loader reads it for a box task; and repeated label lines, dropped where theirs drops
+them."""
 
 from __future__ import annotations
 
@@ -172,9 +173,9 @@ def test_a_detect_read_of_a_segment_or_pose_set_keeps_the_authors_boxes(
     ("task", "lines", "nkpt"),
     [
         ("detect", ["0 0.5 0.5 0.2 0.2"] * 3 + ["1 0.5 0.5 0.2 0.2", "0 0.5 0.5 0.2 0.3"], 0),
-        ("pose", ["0 0.5 0.5 0.2 0.2 0.5 0.5 2 0.4 0.4 1"] * 2 + ["0 0.5 0.5 0.2 0.2 0 0 0 0.4 0.4 1"], 2),
+        ("pose", ["0 .5 .5 .2 .2 .5 .5 2 .4 .4 1"] * 2 + ["0 .5 .5 .2 .2 0 0 0 .4 .4 1"], 2),
         ("segment", ["0 .1 .1 .5 .1 .5 .5", "0 .1 .1 .5 .5 .1 .5", "0 .1 .1 .5 .1 .5 .5"], 0),
-        ("obb", ["0 .1 .1 .2 .1 .2 .2 .1 .2", "0 .2 .2 .1 .2 .1 .1 .2 .1", "0 .1 .1 .2 .1 .2 .2 .1 .2"], 0),
+        ("obb", ["0 .1 .1 .2 .1 .2 .2 .1 .2", "0 .2 .2 .1 .2 .1 .1 .2 .1"] * 2, 0),
     ],
 )  # fmt: skip
 def test_repeated_label_lines_are_dropped_where_the_authors_loader_drops_them(

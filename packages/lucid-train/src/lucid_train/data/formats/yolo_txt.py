@@ -20,9 +20,9 @@ An empty label file is a background image; a *missing* label file is an error by
 report); a folder where the label file should be is an error whatever ``missing_labels`` says.
 A box without area (zero width or height; an obb quad on one line) is skipped and counted, as
 the COCO reader does; so is a label file under ``labels/`` that no image of the split has, and
-a line repeating an earlier one of its file (the authors' reader drops such rows). A keypoint visibility other
-than 0, 1 or 2 but within [0, 2] reads as labelled, as any non-zero one is in the authors' loss
-and metrics, and is counted. An image listed twice (a
+a line repeating an earlier one of its file (the authors' reader drops such rows). A keypoint
+visibility other than 0, 1 or 2 but within [0, 2] reads as labelled, as any non-zero one is in
+the authors' loss and metrics, and is counted. An image listed twice (a
 folder named twice, a repeated line) is read once, and an image whose label file another
 image of the split already took (``a.jpg`` beside ``a.png``) is skipped; both counted. Folders
 are walked through symbolic links to folders.
