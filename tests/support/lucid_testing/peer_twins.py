@@ -261,3 +261,41 @@ def authors_preds(output: Any, like: dict[str, Any]) -> dict[str, Any]:
                 d["kpts_sigma"] = channels_first(branch.keypoint_sigmas)
         out[name] = d
     return out
+
+
+# their loss items' names for our terms (the rest are ours + "_loss")
+THEIR_NAME = {"seg": "seg_loss", "sem": "sem_loss", "pose": "pose_loss", "kobj": "kobj_loss"}
+
+
+class LossSides:
+    """Both trainers' loss of one task on the fixed batch, from one forward of our network."""
+
+    def __init__(self, task: str, path: Path, epochs: int = 20) -> None:
+        self.task = task
+        self.theirs = authors_model(path, task, epochs=epochs)
+        self.ours = lucid_module(path, task)
+        self.batch = fixed_batch(task)
+        self.criterion = self.theirs.init_criterion()
+        with torch.no_grad():
+            like = self.theirs(self.batch.theirs["img"])
+        self.output = self.ours(self.batch.ours.float_images())
+        self.preds = authors_preds(self.output, like)
+        self.targets = lucid_targets(self.ours, self.batch.ours)
+
+    def their_branch(self, name: str) -> tuple[torch.Tensor, dict[str, torch.Tensor], Any]:
+        """Their branch loss (gained, times B), its items, and what their assigner returned."""
+        loss = getattr(self.criterion, name)
+        seen: dict[str, Any] = {}
+        forward = loss.assigner.forward
+
+        def record(*args: Any, **kwargs: Any) -> Any:
+            out = forward(*args, **kwargs)
+            seen["out"] = tuple(t.clone() for t in out)  # their loss divides boxes in place
+            return out
+
+        loss.assigner.forward = record
+        try:
+            total, items = loss.loss(self.preds[name], self.batch.theirs)
+        finally:
+            loss.assigner.forward = forward
+        return total, items, seen["out"]
