@@ -165,7 +165,7 @@ def read_yolo(
     listed: dict[Path, Path] = {}  # label path -> the image that took it, read or skipped
     read: set[str] = set()  # real paths of the images listed so far
     for image in split_images(root, cfg.get(split), data_yaml, split, report):
-        if not image.is_file():  # a list's line; a folder's walk finds files
+        if not image.is_file():  # a list's line, or a dangling link a folder's walk found
             reason = "image list line naming a folder (skipped)" if image.is_dir() else None
             report.skip(reason or "missing image file", str(image))
             continue
