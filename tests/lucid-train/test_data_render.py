@@ -171,11 +171,18 @@ def test_the_datamodule_renders_after_the_transfer_and_on_the_cpu_without_cuda(
     assert auto.render_modes() == ("cpu", "cpu")  # no trainer on CUDA
 
 
-def test_the_fit_log_says_once_where_the_samples_are_made(
-    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def info_lines(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The lines the data module says through ``rank_zero_info``, in order."""
     said: list[str] = []
     monkeypatch.setattr(datamodule, "rank_zero_info", said.append)
+    return said
+
+
+def test_the_fit_log_says_once_where_the_samples_are_made(
+    small_synthetic: Callable[[Task], Path], info_lines: list[str]
+) -> None:
+    said = info_lines
     dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0)
     dm.setup("fit")
     dm.train_dataloader(), dm.train_dataloader()  # Lightning builds it more than once
@@ -219,10 +226,9 @@ def test_the_fit_log_says_when_mosaic_closes(
 
 
 def test_a_test_run_without_a_test_split_says_it_scores_the_val_split(
-    small_synthetic: Callable[[Task], Path], monkeypatch: pytest.MonkeyPatch
+    small_synthetic: Callable[[Task], Path], info_lines: list[str]
 ) -> None:
-    said: list[str] = []
-    monkeypatch.setattr(datamodule, "rank_zero_info", said.append)
+    said = info_lines
     dm = LucidDataModule("detect", small_synthetic("detect"), img_size=64, num_workers=0)
     dm.setup("test")
     assert said == [

@@ -135,6 +135,19 @@ def test_yolo_values_past_the_unit_range_are_read_where_the_authors_loader_reads
                 read_yolo(root / "data.yaml", "train", task="detect")
 
 
+def _one_image_set(root: Path, lines: list[str], yaml_extra: str) -> tuple[Path, Path]:
+    """A YOLO set of one grey image whose label file holds ``lines``, classes ``a`` and ``b``
+    (``yaml_extra`` appended to its data.yaml); the image's and the label file's paths."""
+    (root / "images" / "train").mkdir(parents=True)
+    (root / "labels" / "train").mkdir(parents=True)
+    image = root / "images" / "train" / "a.png"
+    Image.new("RGB", (W, H), (90, 90, 90)).save(image)
+    label = root / "labels" / "train" / "a.txt"
+    label.write_text("\n".join(lines) + "\n")
+    (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nnames: [a, b]\n{yaml_extra}")
+    return image, label
+
+
 @pytest.mark.parametrize(
     ("kind", "lines", "nkpt"),
     [
@@ -149,14 +162,8 @@ def test_a_detect_read_of_a_segment_or_pose_set_keeps_the_authors_boxes(
     enclosing box, a pose line its first five values; ours through `read_yolo(task="detect")`."""
     from ultralytics.data.utils import verify_image_label
 
-    (tmp_path / "images" / "train").mkdir(parents=True)
-    (tmp_path / "labels" / "train").mkdir(parents=True)
-    image = tmp_path / "images" / "train" / "a.png"
-    Image.new("RGB", (W, H), (90, 90, 90)).save(image)
-    label = tmp_path / "labels" / "train" / "a.txt"
-    label.write_text("\n".join(lines) + "\n")
     extra = f"kpt_shape: [{nkpt}, 3]\n" if nkpt else ""
-    (tmp_path / "data.yaml").write_text(f"path: .\ntrain: images/train\nnames: [a, b]\n{extra}")
+    image, label = _one_image_set(tmp_path, lines, extra)
     theirs = verify_image_label((str(image), str(label), "", False, 2, nkpt, 3, False))
     assert theirs[-1] == "", theirs[-1]  # their loader kept the file
     lb = np.asarray(theirs[1], np.float64)  # (N, 5): class, normalised cx cy w h
@@ -186,14 +193,8 @@ def test_repeated_label_lines_are_dropped_where_the_authors_loader_drops_them(
     keeps the same count."""
     from ultralytics.data.utils import verify_image_label
 
-    (tmp_path / "images" / "train").mkdir(parents=True)
-    (tmp_path / "labels" / "train").mkdir(parents=True)
-    image = tmp_path / "images" / "train" / "a.png"
-    Image.new("RGB", (W, H), (90, 90, 90)).save(image)
-    label = tmp_path / "labels" / "train" / "a.txt"
-    label.write_text("\n".join(lines) + "\n")
     extra = f"kpt_shape: [{nkpt}, 3]\nflip_idx: [1, 0]\n" if nkpt else ""
-    (tmp_path / "data.yaml").write_text(f"path: .\ntrain: images/train\nnames: [a, b]\n{extra}")
+    image, label = _one_image_set(tmp_path, lines, extra)
     theirs = verify_image_label((str(image), str(label), "", bool(nkpt), 2, nkpt, 3, False))
     assert theirs[-1].endswith("duplicate labels removed"), theirs[-1]
     index = read_yolo(tmp_path / "data.yaml", "train", task=task)  # type: ignore[arg-type]
