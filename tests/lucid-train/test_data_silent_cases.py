@@ -1,6 +1,7 @@
 """Inputs that used to change results without a word are now counted or refused in one line:
 duplicate YAML keys, a split without annotations, label files without an image, a polygon
-with an odd count of coordinates, and a training image that turns corrupt mid-epoch."""
+with an odd count of coordinates, an image under 10 px a side, and a training image that turns
+corrupt mid-epoch."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 from lucid_train.data import DataFormatError, EmptySplitError, LucidDataModule, read_split
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.dataset import TrainDataset
+from lucid_train.data.formats.dota import read_dota
 from lucid_train.data.formats.yolo_files import NOT_AN_IMAGE
+from lucid_train.data.image_io import too_small
 from lucid_train.data.records import Task
 from lucid_train.data.transport import collate
 from lucid_train.run.skipped_images import SkippedImages, summary
@@ -252,6 +255,41 @@ def test_a_split_without_any_annotation_is_refused_unless_allowed(
     allowed = LucidDataModule("detect", root, img_size=64, batch_size=1, allow_empty=True)
     allowed.setup("fit")
     assert len(allowed.split_index("train").records) == 1
+
+
+def test_an_image_under_ten_pixels_a_side_is_skipped_and_counted_by_every_reader(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """As the authors' loader drops it (`tests/peer/test_reader_ladder.py` holds theirs). Was:
+    a 1 x 1 image trained, upscaled to the canvas."""
+    reason = too_small(9, 24)
+    assert reason is not None and too_small(10, 10) is None
+    ann = {"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 4, 4]}
+    coco = _coco(tmp_path / "coco", [ann], write_image)
+    doc = json.loads((coco / "annotations" / "train.json").read_text())
+    doc["images"].append({"id": 2, "file_name": "b.png", "width": 9, "height": 24})
+    doc["annotations"].append({**ann, "id": 2, "image_id": 2})
+    (coco / "annotations" / "train.json").write_text(json.dumps(doc))
+    write_image(coco / "images" / "train" / "b.png", 9, 24)
+    index = read_split(coco, "train", task="detect", layout="coco")
+    assert [r.path.name for r in index.records] == ["a.png"]
+    assert index.report.counts == {reason: 1}
+
+    yolo = _yolo(tmp_path / "yolo", "path: .\ntrain: images/train\nnames: [a]\n", "", write_image)
+    write_image(yolo / "images" / "train" / "b.png", 24, 9)
+    (yolo / "labels" / "train" / "b.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    index = read_split(yolo, "train", task="detect", layout="yolo")
+    assert [r.path.name for r in index.records] == ["a.png"]
+    assert index.report.counts == {reason: 1}
+
+    dota = tmp_path / "dota" / "train"
+    for name, (w, h) in {"a": (32, 24), "b": (9, 9)}.items():
+        write_image(dota / "images" / f"{name}.png", w, h)
+        (dota / "labelTxt").mkdir(parents=True, exist_ok=True)
+        (dota / "labelTxt" / f"{name}.txt").write_text("1 1 6 1 6 6 1 6 plane 0\n")
+    index = read_dota(tmp_path / "dota", "train", class_names=("plane",))
+    assert [r.path.name for r in index.records] == ["a.png"]
+    assert index.report.counts == {reason: 1}
 
 
 def test_an_image_that_turns_corrupt_mid_epoch_is_skipped_and_counted(

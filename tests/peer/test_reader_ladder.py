@@ -3,8 +3,8 @@
 `convert_coco`, whose YOLO labels are what their trainer reads (objects of several polygon
 rings and run-length masks, a category that no annotation uses, one without an outline); YOLO
 label values past [0, 1] where their loader reads them; a segment or pose set read for boxes,
-as their loader reads it for a box task; and repeated label lines, dropped where theirs drops
-them."""
+as their loader reads it for a box task; repeated label lines, dropped where theirs drops
+them; and images too small to train, skipped where theirs skips them."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from PIL import Image
 
 from lucid_train.data import read_coco, read_yolo
 from lucid_train.data.classes import annotated_classes, restrict_classes
+from lucid_train.data.image_io import too_small
 from lucid_train.data.masks import fill_ring
 from lucid_train.data.records import DataFormatError
 
@@ -135,13 +136,16 @@ def test_yolo_values_past_the_unit_range_are_read_where_the_authors_loader_reads
                 read_yolo(root / "data.yaml", "train", task="detect")
 
 
-def _one_image_set(root: Path, lines: list[str], yaml_extra: str) -> tuple[Path, Path]:
-    """A YOLO set of one grey image whose label file holds ``lines``, classes ``a`` and ``b``
-    (``yaml_extra`` appended to its data.yaml); the image's and the label file's paths."""
+def _one_image_set(
+    root: Path, lines: list[str], yaml_extra: str, size: tuple[int, int] = (W, H)
+) -> tuple[Path, Path]:
+    """A YOLO set of one grey image of ``size`` whose label file holds ``lines``, classes ``a``
+    and ``b`` (``yaml_extra`` appended to its data.yaml); the image's and the label file's
+    paths."""
     (root / "images" / "train").mkdir(parents=True)
     (root / "labels" / "train").mkdir(parents=True)
     image = root / "images" / "train" / "a.png"
-    Image.new("RGB", (W, H), (90, 90, 90)).save(image)
+    Image.new("RGB", size, (90, 90, 90)).save(image)
     label = root / "labels" / "train" / "a.txt"
     label.write_text("\n".join(lines) + "\n")
     (root / "data.yaml").write_text(f"path: .\ntrain: images/train\nnames: [a, b]\n{yaml_extra}")
@@ -199,3 +203,21 @@ def test_repeated_label_lines_are_dropped_where_the_authors_loader_drops_them(
     assert theirs[-1].endswith("duplicate labels removed"), theirs[-1]
     index = read_yolo(tmp_path / "data.yaml", "train", task=task)  # type: ignore[arg-type]
     assert len(index.records[0].targets) == len(theirs[1]) < len(lines)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (9, 64), (64, 9), (10, 10), (10, 64)])
+def test_images_under_ten_pixels_a_side_are_skipped_where_the_authors_loader_skips_them(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """Their `verify_image_label` counts an image with a side under 10 px as corrupt and drops
+    it with its labels; ours skips and counts it, so both fit the same images."""
+    from ultralytics.data.utils import verify_image_label
+
+    image, label = _one_image_set(tmp_path, ["0 0.5 0.5 0.5 0.5"], "", size)
+    theirs = verify_image_label((str(image), str(label), "", False, 2, 0, 0, False))
+    dropped = theirs[8] == 1  # their corrupt count
+    index = read_yolo(tmp_path / "data.yaml", "train", task="detect")
+    assert (len(index.records) == 0) is dropped, (size, theirs[-1])
+    assert dropped is (min(size) < 10)
+    if dropped:
+        assert index.report.counts == {too_small(*size): 1}

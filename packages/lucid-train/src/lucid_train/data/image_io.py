@@ -27,6 +27,10 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".
 
 Verify = Literal["none", "header", "full"]
 
+MIN_SIDE = 10
+"""An image with a side under this many pixels is skipped and counted, as the authors' loader
+(8.4.190 ``verify_image_label``) drops it, so both trainers fit the same images."""
+
 
 class CorruptImageError(LucidError, OSError):
     """An image file cannot be decoded; the message names the file and the fix."""
@@ -46,6 +50,20 @@ def to_rgb(im: Image.Image) -> Image.Image:
     if im.mode in _REFUSED:
         raise ValueError(f"image mode {im.mode} ({_REFUSED[im.mode]}) has no 8-bit reading")
     return im.convert("RGB")
+
+
+def too_small(width: int, height: int) -> str | None:
+    """The load report's reason for an image under ``MIN_SIDE`` px a side, else None."""
+    if min(width, height) >= MIN_SIDE:
+        return None
+    return f"image under {MIN_SIDE} px a side (the authors' loader drops it too)"
+
+
+def usable_size(path: Path, verify: Verify) -> tuple[int, int] | str:
+    """``check_image`` (its header at least: the size is needed), then ``too_small``: the
+    upright ``(width, height)``, or why the image is skipped."""
+    size = check_image(path, "header" if verify == "none" else verify)
+    return size if isinstance(size, str) else (too_small(*size) or size)
 
 
 def problem_of(exc: BaseException) -> str:

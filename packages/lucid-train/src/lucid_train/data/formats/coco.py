@@ -42,7 +42,7 @@ import numpy as np
 
 from lucid_train.data.formats.coco_segmentation import annotation_ring
 from lucid_train.data.formats.input_checks import number_list, read_json
-from lucid_train.data.image_io import Verify, check_image, exif_turned
+from lucid_train.data.image_io import Verify, check_image, exif_turned, too_small
 from lucid_train.data.records import (
     CLIP_NOTED_PX,
     CLIPPED,
@@ -273,6 +273,9 @@ def read_coco(
         size = check_image(path, verify)
         if isinstance(size, str):
             report.skip(size, str(path))
+            continue
+        if (small := too_small(width, height)) is not None:
+            report.skip(small, str(path))
             continue
         if verify != "none" and size != (width, height):
             turned = (

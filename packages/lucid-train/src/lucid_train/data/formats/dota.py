@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lucid_train.data.formats.input_checks import float32_finite, read_text
-from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, check_image, open_rgb
+from lucid_train.data.image_io import IMAGE_SUFFIXES, Verify, open_rgb, usable_size
 from lucid_train.data.polygons import clip_to_rect, polygon_area
 from lucid_train.data.records import (
     DataFormatError,
@@ -121,7 +121,7 @@ def read_dota(
             raise DataFormatError(
                 f"{lbl}: {what} of {image}; DOTA has one file per image (empty = background)"
             )
-        size = check_image(image, "header" if verify == "none" else verify)
+        size = usable_size(image, verify)
         if isinstance(size, str):
             report.skip(size, str(image))
             continue

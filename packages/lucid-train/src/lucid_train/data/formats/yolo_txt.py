@@ -42,7 +42,7 @@ import numpy as np
 from lucid_train.data.formats.data_yaml import dump_data_yaml, read_data_yaml
 from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.formats.yolo_files import count_orphan_labels, label_path, split_images
-from lucid_train.data.image_io import Verify, check_image
+from lucid_train.data.image_io import Verify, usable_size
 from lucid_train.data.records import (
     CLIP_NOTED_PX,
     CLIPPED,
@@ -181,7 +181,7 @@ def read_yolo(
                 f"{image} (the label file is {first}'s)",
             )
             continue
-        size = check_image(image, "header" if verify == "none" else verify)
+        size = usable_size(image, verify)
         if isinstance(size, str):
             report.skip(size, str(image))
             continue
