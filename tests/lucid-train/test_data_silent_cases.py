@@ -1,7 +1,7 @@
 """Inputs that used to change results without a word are now counted or refused in one line:
 duplicate YAML keys, a split without annotations, label files without an image, a polygon
-with an odd count of coordinates, an image under 10 px a side, and a training image that turns
-corrupt mid-epoch."""
+with an odd count of coordinates, an image under 10 px a side or in a format lucid does not
+read, and a training image that turns corrupt mid-epoch."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from lucid_train.data import DataFormatError, EmptySplitError, LucidDataModule, 
 from lucid_train.data.augment.config import AugmentConfig
 from lucid_train.data.dataset import TrainDataset
 from lucid_train.data.formats.dota import read_dota
-from lucid_train.data.formats.yolo_files import NOT_AN_IMAGE
+from lucid_train.data.formats.yolo_files import NOT_AN_IMAGE, UNREAD_FORMAT
 from lucid_train.data.image_io import too_small
 from lucid_train.data.records import Task
 from lucid_train.data.transport import collate
@@ -97,6 +97,27 @@ def test_a_label_file_without_an_image_is_counted(
     index = read_split(tmp_path, "train", task="detect")
     assert index.report.counts == {"label file without an image (ignored)": 1}
     assert index.report.examples["label file without an image (ignored)"][0].endswith("orphan.txt")
+
+
+def test_an_image_in_a_format_lucid_does_not_read_is_counted_once_as_such(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """The authors' loader reads .heic, .jp2, .mpo, ... (and takes .gif for a video); ours
+    counts such a file in a folder or a list, and not again as its label's orphan. Was: the
+    image was passed over unsaid and its label counted as a label without an image."""
+    _yolo(tmp_path, "path: .\ntrain: images/train\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
+    for name in ("b.gif", "c.HEIC", "d.jp2"):
+        (tmp_path / "images" / "train" / name).write_bytes(b"not read")
+    (tmp_path / "labels" / "train" / "b.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    index = read_split(tmp_path, "train", task="detect")
+    assert [r.path.name for r in index.records] == ["a.png"]
+    assert index.report.counts == {UNREAD_FORMAT: 3}
+    assert index.report.examples[UNREAD_FORMAT][0].endswith("b.gif")
+    (tmp_path / "train.txt").write_text("images/train/a.png\nimages/train/b.gif\n")
+    (tmp_path / "data.yaml").write_text("path: .\ntrain: train.txt\nnames: [cat]\n")
+    index = read_split(tmp_path, "train", task="detect")
+    assert index.report.counts == {UNREAD_FORMAT: 1}
+    assert index.report.examples[UNREAD_FORMAT] == [f"{tmp_path / 'train.txt'}:2"]
 
 
 def test_an_unreadable_image_is_counted_once_not_again_as_its_labels_orphan(

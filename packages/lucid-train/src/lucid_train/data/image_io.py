@@ -24,6 +24,9 @@ from PIL import Image
 from lucid_train.errors import LucidError
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
+UNREAD_SUFFIXES = frozenset({".avif", ".dng", ".gif", ".heic", ".heif", ".jp2", ".mpo"})
+"""Image files the authors' loader reads (8.4.190 ``IMG_FORMATS``; ``.gif`` as a video) that
+lucid does not: a split's reader counts them, rather than passing over them unsaid."""
 
 Verify = Literal["none", "header", "full"]
 

@@ -9,6 +9,7 @@ folder turned into ``labels`` and the suffix ``.txt``.
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import re
@@ -17,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from lucid_train.data.formats.input_checks import read_text
-from lucid_train.data.image_io import IMAGE_SUFFIXES
+from lucid_train.data.image_io import IMAGE_SUFFIXES, UNREAD_SUFFIXES
 from lucid_train.data.records import DataFormatError, LoadReport
 
 __all__ = ["count_orphan_labels", "label_path", "split_images"]
 
 _log = logging.getLogger("lucid_train.data")
 NOT_AN_IMAGE = "image list line that names no image by its suffix (skipped)"
+UNREAD_FORMAT = "image in a format lucid does not read (skipped; convert it to JPEG or PNG)"
 
 
 def label_path(image: Path) -> Path:
@@ -51,9 +53,10 @@ def _windows_path_hint(written: str) -> str:
     )
 
 
-def _images_under(folder: Path) -> list[Path]:
+def _images_under(folder: Path, report: LoadReport | None) -> list[Path]:
     """The image files under ``folder``, sorted, through symbolic links to folders (each real
-    folder walked once, so a link back up does not loop)."""
+    folder walked once, so a link back up does not loop); one of ``UNREAD_SUFFIXES`` is
+    counted in ``report``."""
     found: list[Path] = []
     seen: set[str] = set()
     for top, dirs, files in os.walk(folder, followlinks=True):
@@ -62,7 +65,12 @@ def _images_under(folder: Path) -> list[Path]:
             dirs[:] = []
             continue
         seen.add(real)
-        found += [Path(top) / f for f in files if Path(f).suffix.lower() in IMAGE_SUFFIXES]
+        for f in sorted(files):
+            suffix = Path(f).suffix.lower()
+            if suffix in IMAGE_SUFFIXES:
+                found.append(Path(top) / f)
+            elif suffix in UNREAD_SUFFIXES and report is not None:
+                report.skip(UNREAD_FORMAT, str(Path(top) / f))
     return sorted(found)
 
 
@@ -96,7 +104,7 @@ def split_images(
             )
             p = root / e[3:]
         if p.is_dir():
-            images += _images_under(p)
+            images += _images_under(p, report)
         elif p.suffix == ".txt" and p.is_file():
             for number, line in enumerate(read_text(p).splitlines(), 1):
                 written = line.strip()
@@ -107,7 +115,8 @@ def split_images(
                     q = q if q.is_absolute() else root / q
                     if q.suffix.lower() not in IMAGE_SUFFIXES:
                         if report is not None:
-                            report.skip(NOT_AN_IMAGE, f"{p}:{number}")
+                            unread = q.suffix.lower() in UNREAD_SUFFIXES
+                            report.skip(UNREAD_FORMAT if unread else NOT_AN_IMAGE, f"{p}:{number}")
                         continue
                     if q.exists() and not _under_images(q):
                         raise DataFormatError(
@@ -131,7 +140,8 @@ def count_orphan_labels(
     entry: Any, root: Path, listed: Mapping[Path, Path], report: LoadReport
 ) -> None:
     """Count the label files of the split's image folders that belong to no image listed (an
-    image skipped as unreadable is counted once, as itself, not again through its label)."""
+    image skipped as unreadable, or of a format lucid does not read, is counted once, as
+    itself, not again through its label)."""
     for e in entry if isinstance(entry, list) else [entry]:
         folder = Path(e) if Path(e).is_absolute() else root / e
         if not folder.is_dir() or "images" not in folder.parts:
@@ -139,5 +149,9 @@ def count_orphan_labels(
         labels = label_path(folder / "x").parent
         if labels.is_dir():
             for lbl in sorted(labels.rglob("*.txt")):
-                if lbl not in listed and lbl.name != "classes.txt":
+                if lbl in listed or lbl.name == "classes.txt":
+                    continue
+                beside = folder / lbl.parent.relative_to(labels)
+                twins = beside.glob(glob.escape(lbl.stem) + ".*")
+                if not any(t.suffix.lower() in UNREAD_SUFFIXES for t in twins):
                     report.skip("label file without an image (ignored)", str(lbl))
