@@ -312,7 +312,7 @@ def test_coco_to_yolo_txt_round_trip_gives_equal_targets(
 def test_synthetic_command_exports_yolo_txt(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``python -m lucid_train.data.builtin_sets.synthetic --yolo OUT`` writes a readable
+    """``python -m lucid_train.data.builtin_sets --yolo OUT`` writes a readable
     data.yaml."""
     cache, out = str(tmp_path / "cache"), str(tmp_path / "y")
     synthetic_main(

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "packages" / "lucid-train"
 README = PACKAGE / "README.md"
 # the example's run, shortened for the CPU: each replacement must find its text
 SHORTER = {
-    "img_size=320, batch_size=16": "img_size=64, batch_size=4, num_workers=0",
+    "img_size=320": "img_size=64",  # the data's and the module's
+    "batch_size=16": "batch_size=4, num_workers=0",
     "max_epochs=6": "max_epochs=1, limit_train_batches=2, limit_val_batches=1, accelerator='cpu'",
 }
 

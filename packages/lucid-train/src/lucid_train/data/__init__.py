@@ -1,7 +1,7 @@
 """Data: the `Targets` record, the readers of each format (`formats`), augmentation (`augment`),
 the DataModule and the built-in synthetic sets (`builtin_sets`).
 
-Get batches for a task with `LucidDataModule` (``data=None`` uses the built-in synthetic set)::
+Get batches for a task with `LucidDataModule` (``root=None`` uses the built-in synthetic set)::
 
     dm = LucidDataModule("detect", img_size=320, batch_size=16)
     dm.setup("fit")

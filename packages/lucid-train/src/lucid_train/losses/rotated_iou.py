@@ -1,4 +1,4 @@
-"""Rotated-box geometry for assignment and the oriented loss: ProbIoU, candidacy, distance encoding.
+"""Rotated-box geometry for assignment and the oriented loss: ProbIoU and the distance encoding.
 
 Rotated boxes are ``(cx, cy, w, h, theta)``. The data hand them over long-edge with ``theta`` in
 ``[-pi/2, pi/2)`` (assumptions.md D3); the authors train on ``[-pi/4, 3pi/4)``.

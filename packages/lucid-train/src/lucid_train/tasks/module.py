@@ -1,4 +1,4 @@
-"""The LightningModules: `YOLOModule` over shared parts, one subclass per task.
+"""`YOLOModule`, the LightningModule of every task (each task's subclass: `task_modules`).
 
 A module owns the network (`lucid_models.build_model`), the criterion (the dual loss with the
 task's extras; pose's RealNVP flow lives in it, so it trains and is checkpointed) and the ProgLoss
@@ -119,8 +119,8 @@ class YOLOModule(SteppingModule):
         nbs: nominal batch size.
         accumulate: batches whose gradients are summed per optimizer step: ``auto`` (the
             authors' ``round(nbs / batch)``, ramped from 1 during warm-up) or a fixed count.
-            The module accumulates itself (`lucid_train.optim.AccumulationPlan`), so the
-            Trainer's ``accumulate_grad_batches`` stays 1 unless this resolves to 1.
+            The module accumulates itself (`lucid_train.optim.AccumulationPlan`), so while
+            this resolves to more than 1 the Trainer's ``accumulate_grad_batches`` must be 1.
         max_det: detections per image at validation and prediction.
         img_size: the training canvas side (prediction letterboxes to it).
         capture: record and replay the network and loss as CUDA graphs: ``auto`` (on CUDA),

@@ -13,7 +13,7 @@ read back through `read_coco`, the same path as user data.
 
 Objects are large (a fifth to a third of the image side) and the classes differ in shape and
 colour, so a few minutes of CPU training learn them visibly. Export to YOLO txt with
-``python -m lucid_train.data.builtin_sets.synthetic --task detect --yolo OUT``.
+``python -m lucid_train.data.builtin_sets --task detect --yolo OUT``.
 """
 
 from __future__ import annotations
@@ -327,12 +327,13 @@ def synthetic_dataset(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lucid_train.data.builtin_sets.synthetic --task T [--cache DIR] [--yolo OUT]``."""
+    """``python -m lucid_train.data.builtin_sets --task T [--cache DIR] [--yolo OUT]``."""
     from lucid_train.data.formats.coco import read_coco
     from lucid_train.data.formats.yolo_txt import write_yolo
 
     parser = argparse.ArgumentParser(
-        description="Generate a built-in synthetic set; optionally export it to YOLO txt."
+        prog="python -m lucid_train.data.builtin_sets",
+        description="Generate a built-in synthetic set; optionally export it to YOLO txt.",
     )
     parser.add_argument("--task", required=True, choices=sorted(_GENERATORS))
     parser.add_argument(
@@ -363,7 +364,3 @@ def main(argv: list[str] | None = None) -> None:
             for s in ("train", "val")
         }
         print(write_yolo(splits, args.yolo))
-
-
-if __name__ == "__main__":
-    main()
