@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import pickle
 import warnings
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -102,3 +103,40 @@ def test_loss_recorder_reads_rows_from_a_structure_when_told_how() -> None:
     assert not recorder.fits((pred, {"boxes": torch.zeros(2, 5, 4)}))
     with pytest.raises(ValueError, match="say where the padded rows are"):
         LossRecorder(loss, capacity=4)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "match"),
+    [
+        (lambda: NetworkRecorder(lambda x: x), TypeError, r"wraps an nn\.Module, got function"),
+        (lambda: NetworkRecorder(torch.nn.Linear), TypeError, "a class: pass an instance"),
+        (lambda: NetworkRecorder(None), TypeError, "got NoneType"),
+        (lambda: NetworkRecorder(TwoOutputNet(), warmup_iters="3"), TypeError, "warmup_iters"),
+        (lambda: NetworkRecorder(TwoOutputNet(), max_recordings=0), ValueError, "max_recordings"),
+        (lambda: NetworkRecorder(TwoOutputNet(), generators=5), TypeError, "list of CUDA"),
+        (
+            lambda: NetworkRecorder(TwoOutputNet(), generators=[torch.Generator()]),
+            ValueError,
+            r"only CUDA generators \(torch\.Generator\(device='cuda'\)\)",
+        ),
+        (lambda: LossRecorder(torch.add, capacity="4", targets=(0,)), TypeError, "capacity"),
+    ],
+    ids=["function", "class", "none", "warmup-str", "recordings-0", "generators-int", "cpu-gen",
+         "capacity-str"],
+)  # fmt: skip
+def test_a_recorder_built_from_wrong_arguments_is_refused_naming_the_argument(
+    make: Callable[[], object], error: type[Exception], match: str
+) -> None:
+    """Was: an AttributeError from deep inside, a comparison of str with int, or (a CPU
+    generator) a recorder accepted here that crashed the process at its first recording."""
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_a_loss_recorder_whose_targets_miss_the_call_is_refused_on_the_cpu_too() -> None:
+    """Was: accepted on the CPU (every call eager) and an IndexError on a GPU."""
+    recorder = LossRecorder(lambda a: a.sum(), capacity=4, targets=(9,))
+    with pytest.raises(ValueError, match=r"targets names argument 9, but the call has 1"):
+        recorder(torch.zeros(2, 3))
+    with pytest.raises(TypeError, match="argument 0 is named a padded target"):
+        LossRecorder(lambda a: a.sum(), capacity=4, targets=(0,))(torch.zeros(3))

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from lucid_capture.reasons import Reason
-from lucid_capture.recorder import Recorder
+from lucid_capture.recorder import Recorder, check_count
 
 
 class LossRecorder(Recorder):
@@ -48,8 +48,7 @@ class LossRecorder(Recorder):
         name: str = "loss",
         **options: Any,
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        check_count(name, "capacity", capacity, least=1)
         if not targets and rows is None:
             raise ValueError("say where the padded rows are: `targets` positions or `rows`")
         super().__init__(loss_fn, name=name, **options)
@@ -76,11 +75,21 @@ class LossRecorder(Recorder):
     def _early_mismatch(self, args: Sequence[Any]) -> Reason | None:
         return None if self.fits(args) else Reason.OVER_CAPACITY
 
+    def _check_call(self, args: Sequence[Any]) -> None:
+        for i in self.targets:
+            if not -len(args) <= i < len(args):
+                raise ValueError(
+                    f"lucid-capture [{self.name}]: targets names argument {i}, but the call has "
+                    f"{len(args)} argument(s)"
+                )
+            _rows(args, i)
+
 
 def _rows(args: Sequence[Any], position: int) -> int:
     target = args[position]
     if not isinstance(target, torch.Tensor) or target.dim() < 2:
         raise TypeError(
-            f"argument {position} is named a padded target but is not a (batch, rows, ...) tensor"
+            f"lucid-capture: argument {position} is named a padded target (targets=) but is not "
+            "a (batch, rows, ...) tensor"
         )
     return int(target.shape[1])

@@ -29,6 +29,10 @@ class NetworkRecorder(Recorder):
     so a module with any runs eager (reason ``hooks``) unless ``allow_hooks=True`` says that they
     only do tensor work the graph can hold. Hooks added after the recording are not seen.
 
+    A replayed call returns the recording's output buffers, which the next call writes over:
+    ``.clone()`` an output kept past it. The forward's Python decisions (``if self.flag:``) are
+    those of the recording, and its in-place writes to its inputs land in the recording's copy.
+
     Example::
 
         net = Net().cuda()
@@ -49,6 +53,14 @@ class NetworkRecorder(Recorder):
         allow_hooks: bool = False,
         **options: Any,
     ) -> None:
+        if not isinstance(module, nn.Module):
+            kind = (
+                "a class: pass an instance" if isinstance(module, type) else type(module).__name__
+            )
+            raise TypeError(
+                f"lucid-capture [{name}]: NetworkRecorder wraps an nn.Module, got {kind}; record "
+                "another callable with Recorder(fn, params=..., buffers=...)"
+            )
         if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks:
             raise ValueError(
                 f"lucid-capture [{name}]: {type(module).__name__} has hooks on its top-level "

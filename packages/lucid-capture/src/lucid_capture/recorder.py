@@ -108,8 +108,10 @@ class Recorder:
         grads_in_place: bool = False,
         generators: Sequence[torch.Generator] = (),
     ) -> None:
-        if warmup_iters < 1:
-            raise ValueError(f"warmup_iters must be at least 1, got {warmup_iters}")
+        if not callable(fn):
+            raise TypeError(f"lucid-capture [{name}]: records a callable, got {fn!r:.60}")
+        check_count(name, "warmup_iters", warmup_iters, least=1)
+        check_count(name, "max_recordings", max_recordings, least=1)
         self.fn = fn
         self._params = params
         self._buffers = buffers
@@ -119,7 +121,7 @@ class Recorder:
         self.max_recordings = max_recordings
         self.enabled = enabled
         self.grads_in_place = grads_in_place
-        self.generators = tuple(generators)
+        self.generators = _cuda_generators(name, generators)
         self.stats = CaptureStats(name)
         self._recording: Recording | None = None
         self._stream: torch.cuda.Stream | None = None
@@ -131,6 +133,7 @@ class Recorder:
     def __call__(self, *args: Any) -> Any:
         # Arguments may nest tensors in tuples, dicts or dataclasses: the recording sees their
         # tensors, and their structure (constants included) as one baked-in argument.
+        self._check_call(args)
         leaves, rebuild = flatten(args)
         flat = (Structure(describe(args)), *leaves)
         reason = self._route(flat, args, rebuild)
@@ -238,6 +241,10 @@ class Recorder:
         """A subclass's own check, ahead of the signature (e.g. target capacity)."""
         return None
 
+    def _check_call(self, args: Sequence[Any]) -> None:
+        """A subclass's check of the call's arguments against its own settings, on every call
+        and every device, so a misconfiguration fails on the CPU as it would on the GPU."""
+
     def _detail(self, reason: Reason, args: Sequence[Any]) -> str:
         if self._recording is None or reason not in (Reason.SHAPE, Reason.LAYOUT, Reason.DTYPE):
             return ""
@@ -343,3 +350,28 @@ class Recorder:
                 clone.__dict__[key] = copy.deepcopy(value, memo)
         clone._failed = None
         return clone
+
+
+def check_count(name: str, what: str, value: object, *, least: int) -> None:
+    """Refuse a setting that is not an integer of at least ``least``, naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"lucid-capture [{name}]: {what} must be an integer, got {value!r:.40}")
+    if value < least:
+        raise ValueError(f"lucid-capture [{name}]: {what} must be at least {least}, got {value}")
+
+
+def _cuda_generators(name: str, generators: object) -> tuple[torch.Generator, ...]:
+    """``generators`` as a tuple, refusing anything but CUDA generators: a graph draws on the
+    device, and a CPU generator in a recording crashes the process rather than raising."""
+    if isinstance(generators, torch.Generator) or not isinstance(generators, (list, tuple)):
+        raise TypeError(
+            f"lucid-capture [{name}]: generators is a list of CUDA generators, got "
+            f"{generators!r:.60}; pass [g] for one"
+        )
+    for g in generators:
+        if not isinstance(g, torch.Generator) or g.device.type != "cuda":
+            raise ValueError(
+                f"lucid-capture [{name}]: generators holds {g!r:.60}; only CUDA generators "
+                "(torch.Generator(device='cuda')) can be drawn from inside a recording"
+            )
+    return tuple(generators)
