@@ -74,3 +74,35 @@ def test_a_checkpoint_that_is_not_ours_is_refused_with_one_line_naming_it(
     assert code == 2
     assert line.startswith(f"lucid {verb}: error: checkpoint {foreign}: not a lucid checkpoint")
     assert "written by `lucid fit`" in line
+
+
+@pytest.mark.parametrize(
+    ("env", "refused"),
+    [
+        ({"LOCAL_RANK": "1"}, True),
+        ({"RANK": "2", "WORLD_SIZE": "1"}, True),
+        ({"LOCAL_RANK": "0"}, False),
+        ({"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, False),  # a launcher's rank
+    ],
+)
+def test_a_rank_variable_left_outside_a_launch_is_refused_before_anything_runs(
+    env: dict[str, str],
+    refused: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was: `LOCAL_RANK=1 lucid fit` trained as rank 1 of a world of one and ended "done" with
+    no metrics.csv, no logs and no run-folder hold."""
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    code = main(["validate", "--ckpt", str(tmp_path / "missing.ckpt")])
+    line = _one_line(capsys.readouterr().err)
+    assert code == 2
+    assert ("is set, but this is no data-parallel launch" in line) is refused, line
+    if refused:
+        key = next(iter(env))
+        assert line.startswith(f"lucid validate: error: {key}={env[key]} is set")
+        assert f"env -u {key}" in line

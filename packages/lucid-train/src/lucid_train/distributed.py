@@ -36,10 +36,13 @@ from lightning.pytorch.overrides.distributed import _sync_module_states
 from lightning.pytorch.strategies import DDPStrategy
 from torch import Tensor, nn
 
+from lucid_train.errors import LucidError
+
 __all__ = [
     "BUCKET_BYTES",
     "DataParallelStrategy",
     "broadcast_buffers",
+    "check_rank_environment",
     "device_batch_size",
     "device_count",
     "fit_strategy",
@@ -211,3 +214,23 @@ def shared_run_dir(make: Callable[[], Path]) -> Path:
     path = make()
     os.environ[RUN_DIR_ENV] = str(path)
     return path
+
+
+def check_rank_environment() -> None:
+    """Refuse a rank variable left in the environment outside a data-parallel launch: Lightning
+    reads ``RANK`` or ``LOCAL_RANK`` at import, and a process that takes itself for rank 1 of a
+    world of one writes no metrics, logs or run-folder hold, and says nothing.
+
+    Raises:
+        LucidError: ``RANK`` or ``LOCAL_RANK`` is set and not 0 while ``WORLD_SIZE`` is unset or 1.
+    """
+    if os.environ.get("WORLD_SIZE", "1").strip() not in ("", "0", "1"):
+        return  # a launcher's rank (Lightning's, torchrun's)
+    for key in ("RANK", "LOCAL_RANK"):
+        value = os.environ.get(key, "0").strip()
+        if value not in ("", "0"):
+            raise LucidError(
+                f"{key}={value} is set, but this is no data-parallel launch (WORLD_SIZE is "
+                f"{os.environ.get('WORLD_SIZE', 'unset')}): this process would take itself for "
+                f"rank {value} and write no metrics or logs; unset it (env -u {key} lucid ...)"
+            )

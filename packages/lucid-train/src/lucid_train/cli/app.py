@@ -66,7 +66,7 @@ from lucid_train.cli.parse_errors import LucidArgumentParser, warn_repeated_flag
 from lucid_train.cli.resume import Resume, latest_last_checkpoint, resume_argv
 from lucid_train.data import LucidDataModule
 from lucid_train.data.classes import model_classes
-from lucid_train.distributed import fit_strategy, shared_run_dir
+from lucid_train.distributed import check_rank_environment, fit_strategy, shared_run_dir
 from lucid_train.errors import LucidError
 from lucid_train.model_spec import parse_model
 from lucid_train.run.run_folder import checked_run_dir, held_run_folder, release_run_folders
@@ -85,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in args if a in VERBS), "")
     try:
+        check_rank_environment()
         cli = LucidCLI(args)
     except Exception as err:  # a LucidError, a full disk ...: one line (`command_errors`)
         code = report_error(verb, err)
