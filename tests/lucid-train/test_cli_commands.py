@@ -108,6 +108,30 @@ def test_predict_writes_json_and_overlays_for_a_folder(
     assert len(list(out.glob("*.jpg"))) == 2
 
 
+def test_predict_numbers_its_default_folder_and_says_when_out_holds_files(
+    detect_run: Path,
+    small_synthetic: Callable[[str], Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was: a second predict without --out replaced runs/<task>/predict/predictions.json and
+    left the first one's overlays beside the new ones, unsaid."""
+    image = next(p for p in small_synthetic("detect").rglob("*") if p.suffix in (".jpg", ".png"))
+    monkeypatch.chdir(tmp_path)
+    ckpt = str(detect_run / "checkpoints" / "best.ckpt")
+    for _ in range(2):
+        assert main(["predict", "--ckpt", ckpt, "--source", str(image)]) == 0
+    base = Path("runs") / "detect"
+    assert sorted(p.name for p in base.iterdir()) == ["predict", "predict2"]
+    assert all((base / f / "predictions.json").is_file() for f in ("predict", "predict2"))
+    capsys.readouterr()
+    assert main(["predict", "--ckpt", ckpt, "--source", str(image), "--out", "mine"]) == 0
+    assert "holds files" not in capsys.readouterr().out
+    assert main(["predict", "--ckpt", ckpt, "--source", str(image), "--out", "mine"]) == 0
+    assert "lucid predict: --out mine holds files" in capsys.readouterr().out
+
+
 def test_predict_on_one_undecodable_file_says_so_in_one_line(
     detect_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

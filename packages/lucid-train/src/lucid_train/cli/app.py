@@ -70,7 +70,7 @@ from lucid_train.distributed import check_rank_environment, fit_strategy, shared
 from lucid_train.errors import LucidError
 from lucid_train.model_spec import parse_model
 from lucid_train.run.run_folder import checked_run_dir, held_run_folder, release_run_folders
-from lucid_train.run.trainer import build_loggers, build_trainer, new_run_dir
+from lucid_train.run.trainer import build_loggers, build_trainer, new_run_dir, numbered
 from lucid_train.tasks.module import YOLOModule, schema_arguments
 from lucid_train.tasks.restore import load_module
 from lucid_train.tasks.task_modules import module_class
@@ -391,7 +391,7 @@ class LucidCLI(LightningCLI):
             ckpt: a lucid checkpoint (the task, classes and canvas come from it).
             source: an image or a folder of images.
             model: the model the checkpoint must be (checked).
-            out: the output folder (default runs/<task>/predict).
+            out: the output folder (default runs/<task>/predict, numbered when it exists).
             conf: the score threshold.
             img_size: the canvas side (default: the checkpoint's).
             device: where the network runs.
@@ -399,7 +399,11 @@ class LucidCLI(LightningCLI):
         from lucid_train.cli.predict import predict_images
 
         module = load_module(ckpt, task=task_of(model), model=model)
-        folder = Path(out or Path("runs") / module.task / "predict")
+        folder = Path(out) if out else numbered(Path("runs") / module.task / "predict")
+        if out and folder.is_dir() and any(folder.iterdir()):
+            print(
+                f"lucid predict: --out {folder} holds files: those of the same names are replaced"
+            )
         path = predict_images(module, source, folder, img_size=img_size, conf=conf, device=device)
         print(f"lucid predict: wrote {path} and overlays in {folder}")
 

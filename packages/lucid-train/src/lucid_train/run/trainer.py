@@ -77,13 +77,19 @@ def new_run_dir(root: str | Path, task: Task, name: str, *, exist_ok: bool = Fal
             f"--run.name {name!r}: expected one folder's name, no path; runs go to "
             f"{Path(root) / task}/<name> (pick the place with --run.root)"
         )
-    base = Path(root) / task
-    path, n = base / name, 1
-    while path.exists() and not exist_ok:
-        n += 1
-        path = base / f"{name}{n}"
+    path = Path(root) / task / name
+    path = path if exist_ok else numbered(path)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def numbered(path: Path) -> Path:
+    """``path``, or ``path2``, ``path3``, ...: the first that does not exist."""
+    free, n = path, 1
+    while free.exists():
+        n += 1
+        free = path.with_name(f"{path.name}{n}")
+    return free
 
 
 def run_dir_of_checkpoint(ckpt: str | Path) -> Path:
