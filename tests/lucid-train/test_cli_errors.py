@@ -4,6 +4,9 @@ before anything trains: a split with no usable image, and a checkpoint file that
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +109,36 @@ def test_a_rank_variable_left_outside_a_launch_is_refused_before_anything_runs(
         key = next(iter(env))
         assert line.startswith(f"lucid validate: error: {key}={env[key]} is set")
         assert f"env -u {key}" in line
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("LUCID_LOSS_ARITHMETIC", "half", "LUCID_LOSS_ARITHMETIC='half': expected 'float32'"),
+        ("LUCID_FUSE_BN_SILU", "flase", "LUCID_FUSE_BN_SILU='flase': expected 1 or 0"),
+    ],
+)
+def test_a_switch_of_unknown_value_is_refused_in_one_line(
+    name: str, value: str, match: str, tmp_path: Path
+) -> None:
+    """Read when the packages are imported. Was: a traceback from the import (the loss's
+    switch), or the default taken unsaid (only "0" turned the fused BatchNorm off)."""
+    env = {**os.environ, name: value, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "lucid_train", "validate", "--ckpt", str(tmp_path / "x.ckpt")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    line = _one_line(done.stderr)
+    assert line.startswith(f"lucid validate: error: {match}") and "unset" in line
+
+
+def test_an_epoch_marks_path_that_cannot_be_a_file_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the first epoch trained, then an IsADirectoryError traceback."""
+    monkeypatch.setenv("LUCID_EPOCH_MARKS", str(tmp_path))
+    assert main(["validate", "--ckpt", str(tmp_path / "x.ckpt")]) == 2
+    assert _one_line(capsys.readouterr().err).startswith(
+        f"lucid validate: error: LUCID_EPOCH_MARKS={tmp_path}: the epochs' marks"
+    )

@@ -234,7 +234,8 @@ def test_the_allcats_arm_trains_every_category_of_the_coco_file(tmp_path: Path) 
 
 def test_an_environment_arm_sets_the_switch_the_loss_reads() -> None:
     """``+losshalf`` is an environment switch, no flag: the variable it sets is the one
-    `lucid_train.losses.detection` reads at import (a renamed variable would train the default)."""
+    `lucid_train.losses.detection` reads at import (a renamed variable would train the default),
+    and a misspelt value builds no loss."""
     ours = load_benchmark("peer_ours")
     assert ours.arm_flags("auto+losshalf+cpu") == ("auto", ["--data.render", "cpu"])
     env = ours.arm_env("auto+losshalf+cpu")
@@ -247,8 +248,9 @@ def test_an_environment_arm_sets_the_switch_the_loss_reads() -> None:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert said.strip() == "True"
+    build = "from lucid_train.losses.detection import DetectionLoss; DetectionLoss(4)"
     misspelt = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", build],
         env={**os.environ, "LUCID_LOSS_ARITHMETIC": "author", "PYTHONPATH": paths},
         capture_output=True, text=True,
     )  # fmt: skip

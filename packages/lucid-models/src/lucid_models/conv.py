@@ -24,8 +24,16 @@ __all__ = ["BN_EPS", "BN_MOMENTUM", "FUSE_BN_SILU", "ConvBNAct", "depthwise"]
 
 BN_EPS = 1e-3
 BN_MOMENTUM = 0.03
-FUSE_BN_SILU = os.environ.get("LUCID_FUSE_BN_SILU", "1") != "0"
+_FUSE = os.environ.get("LUCID_FUSE_BN_SILU", "1").strip().lower()
+_OFF, _ON = ("0", "false", "off", "no"), ("1", "true", "on", "yes", "")
+FUSE_BN_SILU = _FUSE not in _OFF
 """Whether a training ``ConvBNAct`` on CUDA fuses its BatchNorm and SiLU where it may."""
+FUSE_BN_SILU_ERROR = (
+    None
+    if _FUSE in _OFF + _ON
+    else f"LUCID_FUSE_BN_SILU={_FUSE!r}: expected 1 or 0 (true / false, on / off, yes / no)"
+)
+"""Why the variable is not read, if it is not: no ``ConvBNAct`` is built under a misspelling."""
 
 
 class ConvBNAct(nn.Module):
@@ -54,6 +62,8 @@ class ConvBNAct(nn.Module):
         act: bool = True,
     ) -> None:
         super().__init__()
+        if FUSE_BN_SILU_ERROR is not None:
+            raise ValueError(FUSE_BN_SILU_ERROR)
         if in_channels % groups or out_channels % groups:
             raise ValueError(
                 f"expected in_channels ({in_channels}) and out_channels ({out_channels}) "

@@ -66,9 +66,10 @@ from lucid_train.cli.parse_errors import LucidArgumentParser, warn_repeated_flag
 from lucid_train.cli.resume import Resume, latest_last_checkpoint, resume_argv
 from lucid_train.data import LucidDataModule
 from lucid_train.data.classes import model_classes
-from lucid_train.distributed import check_rank_environment, fit_strategy, shared_run_dir
+from lucid_train.distributed import fit_strategy, shared_run_dir
 from lucid_train.errors import LucidError
 from lucid_train.model_spec import parse_model
+from lucid_train.run.environment import check_environment
 from lucid_train.run.run_folder import checked_run_dir, held_run_folder, release_run_folders
 from lucid_train.run.trainer import build_loggers, build_trainer, new_run_dir, numbered
 from lucid_train.tasks.module import YOLOModule, schema_arguments
@@ -85,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     verb = next((a for a in args if a in VERBS), "")
     try:
-        check_rank_environment()
+        check_environment()
         cli = LucidCLI(args)
     except Exception as err:  # a LucidError, a full disk ...: one line (`command_errors`)
         code = report_error(verb, err)

@@ -34,6 +34,7 @@ from torch import Tensor
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, anchors_in_pixels
 from lucid_train.assign.targets import PaddedTargets
+from lucid_train.errors import LucidError
 from lucid_train.losses.boxes import (
     boxes_to_distances,
     ciou_loss,
@@ -44,10 +45,13 @@ from lucid_train.losses.boxes import (
 __all__ = ["AUTHORS_ARITHMETIC", "BranchResult", "DetectionLoss", "LossTerms", "normaliser"]
 
 _ARITHMETIC = os.environ.get("LUCID_LOSS_ARITHMETIC", "float32")
-if _ARITHMETIC not in ("float32", "authors"):  # a misspelt switch would train the default unsaid
-    raise ValueError(
-        f"LUCID_LOSS_ARITHMETIC={_ARITHMETIC!r}: expected 'float32' (the default) or 'authors'"
-    )
+# A misspelt switch would train the default unsaid: a loss is not built (nor a command run,
+# `lucid_train.run.environment`) under one.
+ARITHMETIC_ERROR = (
+    None
+    if _ARITHMETIC in ("float32", "authors")
+    else f"LUCID_LOSS_ARITHMETIC={_ARITHMETIC!r}: expected 'float32' (the default) or 'authors'"
+)
 AUTHORS_ARITHMETIC = _ARITHMETIC == "authors"
 
 
@@ -180,6 +184,8 @@ class DetectionLoss:
         cls_gain: float = 0.5,
         l1_gain: float = 1.5,
     ) -> None:
+        if ARITHMETIC_ERROR is not None:
+            raise LucidError(ARITHMETIC_ERROR)
         self.num_classes = num_classes
         self.one_to_one = one_to_one
         if assigner is None:
