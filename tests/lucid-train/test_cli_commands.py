@@ -152,7 +152,7 @@ def test_predict_on_one_undecodable_file_says_so_in_one_line(
         ("predict", ["--conf", "5"], "conf (--conf): expected >= 0 and <= 1, got 5"),
         ("predict", ["--img_size", "100"], "multiple of 32"),
         ("export", ["--img_size", "100"], "multiple of 32"),
-        ("export", ["--max_det", "0"], "max_det and batch_size must be >= 1"),  # was: SIGFPE
+        ("export", ["--max_det", "0"], "max_det (--max_det): expected >= 1, got 0"),  # was: SIGFPE
     ],
 )
 def test_a_predict_or_export_setting_out_of_range_is_one_line(

@@ -132,6 +132,34 @@ def test_a_wildcard_source_is_told_to_pass_the_folder(tmp_path: Path) -> None:
         list(iter_images(f"{tmp_path}/*.jpg"))
 
 
+def test_a_url_source_and_an_unknown_device_are_one_line_each(
+    small_synthetic: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Was: the URL folded to ``https:/...`` and "no such file"; torch's traceback for a device
+    it does not know."""
+    with pytest.raises(FileNotFoundError, match=r"https://x\.org/a\.jpg: a URL; .* download it"):
+        list(iter_images("https://x.org/a.jpg"))
+    root = small_synthetic("detect")
+    image = next(iter_images(root / "images" / "val"))
+    with pytest.raises(SettingError, match=r"--device banana: not a device; use cpu, cuda"):
+        predict_images(_untrained_detector(root), image, tmp_path / "out", device="banana")
+
+
+@pytest.mark.parametrize(("verb", "flag"), [("predict", "--out"), ("validate", "--save_dir")])
+def test_a_folder_that_cannot_be_made_names_the_verbs_flag(verb: str, flag: str) -> None:
+    """The system's own errors, named with the flag that picks the folder. Was: a bare
+    "[Errno 2] ..." for a folder under /proc, and "--out, or --run.root" for validate."""
+    import errno
+
+    missing = FileNotFoundError(errno.ENOENT, "No such file or directory", "/proc/x")
+    assert error_line(missing, verb) == (
+        "/proc/x: No such file or directory; check the path (for an output, pick a folder you "
+        f"can make ({flag}))"
+    )
+    taken = FileExistsError(errno.EEXIST, "File exists", "/tmp/taken")
+    assert (error_line(taken, verb) or "").endswith(f"not a file's path ({flag})")
+
+
 def test_an_output_folder_where_overlays_would_replace_the_images_is_refused(
     small_synthetic: Callable[[str], Path], tmp_path: Path
 ) -> None:

@@ -137,7 +137,7 @@ def export_onnx(
     if dynamic and anchors < max_det:
         raise ValueError(
             f"a dynamic graph keeps k = max_det = {max_det} rows, but {h}x{w} images give only "
-            f"{anchors} anchors; trace at a larger image_size or lower max_det"
+            f"{anchors} anchors; trace at a larger image size or a lower max_det"
         )
     param = next(view.parameters())
     images = torch.zeros(batch_size, 3, h, w, device=param.device, dtype=param.dtype)

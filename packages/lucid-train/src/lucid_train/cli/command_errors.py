@@ -51,8 +51,14 @@ def _message(err: BaseException) -> str:
     return " ".join(line.strip() for line in lines)
 
 
-def error_line(err: BaseException) -> str | None:
+# The flag that picks where each verb writes, named in the fix of a folder it cannot make.
+_WRITES_TO = {"fit": "--run.root", "predict": "--out", "export": "--out",
+              "validate": "--save_dir", "test": "--save_dir"}  # fmt: skip
+
+
+def error_line(err: BaseException, verb: str = "") -> str | None:
     """The one line that reports ``err`` to the user, or None when it is a bug (traceback)."""
+    flag = f" ({_WRITES_TO[verb]})" if verb in _WRITES_TO else ""
     for link in error_chain(err):
         if isinstance(link, LucidError):
             return _message(link)
@@ -64,18 +70,20 @@ def error_line(err: BaseException) -> str | None:
                 f"{where}the disk is full ({link.strerror}); the files lucid writes whole keep "
                 "their previous version; free space, then resume with --ckpt_path"
             )
+    if isinstance(err, FileNotFoundError) and err.errno == errno.ENOENT and err.filename:
+        # the system's own (a folder that cannot be made there), not a message of ours
+        return (
+            f"{err.filename}: {err.strerror}; check the path (for an output, pick a folder you "
+            f"can make{flag})"
+        )
     if isinstance(err, FileNotFoundError):
         return _message(err)
     if isinstance(err, OSError) and err.errno in _NOT_WRITABLE and err.filename:
-        return (
-            f"cannot write {err.filename}: {err.strerror}; pick a folder you can write "
-            "(--run.root for a fit)"
-        )
+        return f"cannot write {err.filename}: {err.strerror}; pick a folder you can write{flag}"
     if isinstance(err, OSError) and err.errno in _FILE_IN_THE_WAY and err.filename:
         return (
             f"cannot make the folder {err.filename}: {err.strerror} (a file stands where a "
-            "folder is needed); pick a folder that is not a file's path (--out, or --run.root "
-            "for a fit)"
+            f"folder is needed); pick a folder that is not a file's path{flag}"
         )
     return None
 
@@ -83,7 +91,7 @@ def error_line(err: BaseException) -> str | None:
 def report(verb: str, err: BaseException) -> int | None:
     """Print ``err``'s line as ``lucid <verb>: error: ...`` and return the exit status, or None
     (the caller re-raises: a bug)."""
-    line = error_line(err)
+    line = error_line(err, verb)
     if line is None:
         return None
     print(f"lucid {verb}: error: {line}".replace("lucid : ", "lucid: "), file=sys.stderr)

@@ -10,6 +10,7 @@ import errno
 import sys
 from pathlib import Path
 
+from lucid_train.errors import check_range
 from lucid_train.tasks.module import YOLOModule
 
 __all__ = ["export_checkpoint"]
@@ -31,6 +32,7 @@ def export_checkpoint(
     from lucid_models import ONNX_OPSET, export_onnx
     from lucid_train.cli.onnx_check import check_export
 
+    check_range("max_det", max_det, low=1, flag="--max_det")
     size = img_size or int(module.hparams.get("img_size", 640))
     path = Path(out) if out else Path(ckpt).with_suffix(".onnx")
     if path.is_dir():  # a folder: the checkpoint's name in it

@@ -40,6 +40,10 @@ def iter_images(source: str | Path) -> Iterator[Path]:
     Raises:
         FileNotFoundError: nothing there, or a folder without images (names the path).
     """
+    if "://" in str(source):
+        raise FileNotFoundError(
+            f"--source {source}: a URL; lucid predict reads local files: download it first"
+        )
     p = Path(source)
     if p.is_file() and p.suffix.lower() in VIDEO_SUFFIXES:
         raise CorruptImageError(
@@ -88,7 +92,11 @@ def predict_images(
         The path of ``predictions.json``.
     """
     check_range("conf", conf, low=0.0, high=1.0, flag="--conf")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise SettingError(f"--device {device}: not a device; use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise SettingError(
             f"--device {device}: torch finds no CUDA device here; use --device cpu, or run "
             "where torch.cuda.is_available() is true"
