@@ -63,7 +63,12 @@ from lucid_train.cli.flags import (
     task_of,
 )
 from lucid_train.cli.parse_errors import LucidArgumentParser, warn_repeated_flags
-from lucid_train.cli.resume import Resume, latest_last_checkpoint, resume_argv
+from lucid_train.cli.resume import (
+    Resume,
+    check_resumed_module,
+    latest_last_checkpoint,
+    resume_argv,
+)
 from lucid_train.data import LucidDataModule
 from lucid_train.data.classes import model_classes
 from lucid_train.distributed import fit_strategy, shared_run_dir
@@ -275,6 +280,7 @@ class LucidCLI(LightningCLI):
                 **model_args, **schema_arguments(self.datamodule.schema)
             )
             if self.resume is not None:
+                check_resumed_module(self.resume, self.model.hparams)
                 self.run_dir = held_run_folder(self.resume.run_dir)
             else:  # one folder for every rank of a data-parallel fit (T85)
                 root, name = cfg.run.root, cfg.run.name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ __all__ = [
     "RESUME_FREE",
     "Resume",
     "ResumeConflictError",
+    "check_resumed_module",
     "latest_last_checkpoint",
     "resume_argv",
 ]
@@ -217,3 +218,61 @@ def _show(value: Any) -> str:
     if isinstance(value, Namespace):
         value = value.as_dict()
     return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+# Arguments a resumed module may hold otherwise than its checkpoint, each said in a line: names
+# only (the data renamed a class); every other difference changes what the run trains.
+RENAMES = ("class_names", "keypoint_names")
+
+
+def check_resumed_module(resume: Resume, hparams: Mapping[str, Any]) -> None:
+    """Compare the module a resume built (its run's config.yaml and the data) with the one its
+    checkpoint trained: a renamed class is said in one line; any other difference (a canvas
+    edited into config.yaml, another flip index) is refused. A resume from a checkpoint older
+    than the run's ``last.ckpt`` says which epochs it trains again.
+
+    Raises:
+        ResumeConflictError: an argument differs from the checkpoint's.
+    """
+    info, said = resume.checkpoint, []
+    for key, trained in info.hyper_parameters.items():
+        if key in ("weights", "task") or key not in hparams:
+            continue
+        now = hparams[key]
+        if _plain(now) == _plain(trained):
+            continue
+        if key not in RENAMES:
+            raise ResumeConflictError(
+                f"resuming {resume.run_dir}: the model's {key} is {_show(now)} (its "
+                f"{CONFIG_FILE} or data), but {info.path} trained with {_show(trained)}; restore "
+                f"it, or start a new run from those weights (--model.weights {info.path})"
+            )
+        said.append(f"{key} {_show(now)} (trained as {_show(trained)})")
+    last = info.path.parent / LAST_NAME
+    later = _epoch_of(last) if info.path.name != LAST_NAME and last.is_file() else None
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    if said:
+        print(f"lucid fit: the data renames {'; '.join(said)}: the run goes on under the new "
+              "names", file=sys.stderr)  # fmt: skip
+    if later is not None and info.epoch is not None and later > info.epoch:
+        print(
+            f"lucid fit: {info.path.name} holds epoch {info.epoch} and {last} epoch {later}: "
+            f"epochs {info.epoch} to {later - 1} are trained again, and {LAST_NAME} and their "
+            "metrics rows are replaced",
+            file=sys.stderr,
+        )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with tuples as lists (a checkpoint's hyper-parameters come back either way)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _epoch_of(path: Path) -> int | None:
+    try:
+        return read_checkpoint_info(path).epoch
+    except CheckpointError:
+        return None  # a damaged last.ckpt: the resume from the other file is what is left
