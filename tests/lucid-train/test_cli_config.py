@@ -460,3 +460,47 @@ def test_fit_help_says_what_ckpt_path_takes(capsys: pytest.CaptureFixture[str]) 
     text = " ".join(capsys.readouterr().out.split())
     assert "or 'last': the last.ckpt under --run.root written most recently" in text
     assert '``"hpc"`` and ``"registry"``' not in text
+
+
+@pytest.mark.slow
+def test_a_resume_whose_config_was_edited_since_the_run_started_is_refused(
+    printed_run: PrintedRun, tmp_path: Path
+) -> None:
+    """Was: a canvas edited into config.yaml (64 -> 96) resumed at 96 px unsaid, and the
+    checkpoint's hyper-parameters then said 96 for epochs trained at 64."""
+    run = tmp_path / "edited"
+    shutil.copytree(printed_run.run_dir, run)
+    config = run / CONFIG_FILE
+    doc = yaml.safe_load(config.read_text())
+    doc["data"]["img_size"] = 96
+    config.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ResumeConflictError, match=r"the model's img_size is 96 .* with 64;"):
+        LucidCLI(["fit", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")], run=False)
+
+
+def test_a_resume_says_a_renamed_class_and_the_epochs_a_best_ckpt_trains_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: a class renamed in data.yaml went on unsaid; a resume from best.ckpt (epoch 0) of a
+    run whose last.ckpt holds epoch 3 replaced epochs 1-2 without a word."""
+    from lucid_train.cli import resume as resume_module
+
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "last.ckpt").write_bytes(b"")
+    trained = {"model": "yolo26n", "img_size": 64, "class_names": ["c0", "c1"], "weights": "w"}
+    best = resume_module.CheckpointInfo(folder / "best.ckpt", "detect", "yolo26n", trained, 1)
+    last = resume_module.CheckpointInfo(folder / "last.ckpt", "detect", "yolo26n", trained, 3)
+    monkeypatch.setattr(resume_module, "read_checkpoint_info", lambda path: last)
+    resume = resume_module.Resume(best, tmp_path / "run")
+    now = {**trained, "class_names": ("dog", "cat"), "weights": None}
+    resume_module.check_resumed_module(resume, now)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        'lucid fit: the data renames class_names ["dog", "cat"] (trained as ["c0", "c1"]): the '
+        "run goes on under the new names"
+    )
+    assert err[1].startswith(f"lucid fit: best.ckpt holds epoch 1 and {folder / 'last.ckpt'} "
+                             "epoch 3: epochs 1 to 2 are trained again")  # fmt: skip
+    with pytest.raises(ResumeConflictError, match=r"the model's img_size is 96 "):
+        resume_module.check_resumed_module(resume, {**now, "img_size": 96})
