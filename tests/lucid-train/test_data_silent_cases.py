@@ -53,7 +53,7 @@ REFUSED = [
         "0 0.5 0.5 0.2 0.2\n",
         "segment",
         r"a\.txt:1: .*at least 3 x y points, got 4 coordinate values: a box line "
-        r"\(class cx cy w h\) if the set holds boxes, then train a detect model",
+        r"\(class cx cy w h\) if the set holds boxes, which a segment model cannot be trained",
         id="box-line-for-a-segment-model-says-to-train-detect",
     ),
     # Was: "expected 5 values for task 'detect', got 26", without a way out.

@@ -272,8 +272,8 @@ def parse_label_text(
                 raise DataFormatError(
                     f"{at}: a segment line needs a class and at least 3 x y points, got 4 "
                     "coordinate values: a box line (class cx cy w h) if the set holds boxes, "
-                    "then train a detect model (--model without -seg); else remove the line or "
-                    "complete the polygon"
+                    "which a segment model cannot be trained or scored on (a detect model can: "
+                    "--model without -seg); else remove the line or complete the polygon"
                 )
             if coords.size < 6:
                 raise DataFormatError(
