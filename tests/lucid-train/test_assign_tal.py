@@ -13,8 +13,8 @@ from lucid_train.assign import (
     box_ciou,
     pairwise_ciou,
 )
+from lucid_train.assign.padded_targets import PaddedTargets
 from lucid_train.assign.tal import SOFT_TARGET_EPS
-from lucid_train.assign.targets import PaddedTargets
 
 NUM_CLASSES = 3
 

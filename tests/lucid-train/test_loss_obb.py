@@ -13,7 +13,7 @@ from lucid_models import make_anchors
 from lucid_models.decode import decode_rotated
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment
-from lucid_train.assign.targets import PaddedTargets
+from lucid_train.assign.padded_targets import PaddedTargets
 from lucid_train.losses.detection import BranchInputs, LossTerms
 from lucid_train.losses.obb import (
     OrientedLoss,

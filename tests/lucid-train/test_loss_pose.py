@@ -13,7 +13,7 @@ from lucid_models import make_anchors
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment
 from lucid_train.assign.candidates import candidates_in_boxes
-from lucid_train.assign.targets import PaddedTargets
+from lucid_train.assign.padded_targets import PaddedTargets
 from lucid_train.evaluation import UNIFORM_KPT_SIGMA
 from lucid_train.losses.detection import BranchInputs, LossTerms
 from lucid_train.losses.flow import RealNVP

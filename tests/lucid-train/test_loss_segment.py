@@ -15,7 +15,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from lucid_models import make_anchors
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, pairwise_ciou
-from lucid_train.assign.targets import PaddedTargets, pad_targets
+from lucid_train.assign.padded_targets import PaddedTargets, pad_targets
 from lucid_train.losses import segment as segment_module
 from lucid_train.losses.detection import LossTerms
 from lucid_train.losses.positives import positive_slots, slot_capacity

@@ -260,7 +260,7 @@ def test_a_fit_keeps_what_it_built_out_of_the_cyclic_collector_and_scores_one_in
 ) -> None:
     """Validation's tens of thousands of result dicts set off the collector's full passes, which
     would scan everything the fit built: that is frozen from the fit's start to its teardown,
-    and the split's ground truth is indexed once for every epoch (`run.collector.FrozenHeap`,
+    and the split's ground truth is indexed once for every epoch (`run.frozen_heap.FrozenHeap`,
     `tasks.validation.Scorers`; docs/benchmarks/epoch-overhead.md)."""
     run = task_run("detect")
     assert min(run.record.frozen) > 10_000 and run.frozen_after == 0

@@ -41,7 +41,7 @@ from lucid_train.assign.candidates import candidates_in_boxes
 from lucid_train.assign.overlaps import pairwise_ciou
 
 if TYPE_CHECKING:
-    from lucid_train.assign.targets import PaddedTargets
+    from lucid_train.assign.padded_targets import PaddedTargets
 
 __all__ = ["SOFT_TARGET_EPS", "Assignment", "CandidateFn", "OverlapFn", "TaskAlignedAssigner"]
 

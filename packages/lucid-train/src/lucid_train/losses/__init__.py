@@ -11,7 +11,7 @@
 Task terms live beside these: ``losses.segment``, ``losses.obb``, ``losses.pose`` (+ ``flow``).
 """
 
-from lucid_train.assign.targets import (
+from lucid_train.assign.padded_targets import (
     PaddedTargets,
     batch_capacity_report,
     capacity_fits,

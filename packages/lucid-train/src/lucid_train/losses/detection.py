@@ -33,7 +33,7 @@ from torch import Tensor
 
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, anchors_in_pixels
-from lucid_train.assign.targets import PaddedTargets
+from lucid_train.assign.padded_targets import PaddedTargets
 from lucid_train.errors import LucidError
 from lucid_train.losses.boxes import (
     boxes_to_distances,

@@ -34,7 +34,7 @@ from torch import Tensor
 from lucid_models.decode import decode_rotated
 from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import TaskAlignedAssigner, candidates_in_rotated_boxes
-from lucid_train.assign.targets import PaddedTargets
+from lucid_train.assign.padded_targets import PaddedTargets
 from lucid_train.losses.boxes import distance_l1_loss
 from lucid_train.losses.detection import (
     BranchInputs,

@@ -45,7 +45,7 @@ from lucid_models.outputs import BranchOutput, ModelOutput
 from lucid_train.assign import Assignment, TaskAlignedAssigner, anchors_in_pixels
 from lucid_train.assign.candidates import candidates_in_boxes
 from lucid_train.assign.overlaps import pairwise_ciou
-from lucid_train.assign.targets import PaddedTargets
+from lucid_train.assign.padded_targets import PaddedTargets
 from lucid_train.evaluation.coco_eval import keypoint_sigmas
 from lucid_train.losses.detection import (
     BranchInputs,

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from lucid_models.outputs import ModelOutput
-from lucid_train.assign.targets import PaddedTargets
+from lucid_train.assign.padded_targets import PaddedTargets
 from lucid_train.losses.detection import BranchResult, DetectionLoss, ImageSize, LossTerms
 
 __all__ = ["DualLoss", "o2m_weight"]

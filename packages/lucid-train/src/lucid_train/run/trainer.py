@@ -42,7 +42,7 @@ from lucid_train.data.records import Task
 from lucid_train.errors import RunFolderError, SettingError
 from lucid_train.report.metrics_log import RunCSVLogger
 from lucid_train.run.checkpoint_io import AtomicCheckpointIO
-from lucid_train.run.collector import FrozenHeap
+from lucid_train.run.frozen_heap import FrozenHeap
 from lucid_train.run.last_checkpoint import LastCheckpoint
 from lucid_train.run.skipped_images import SkippedImages
 
