@@ -1,11 +1,11 @@
 """``python -m lucid_train.weights SRC.pt DST.pt``: convert an authors' checkpoint once.
 
-An entry point: it reaches up to `lucid_train.tasks.restore`, which builds the module the
-conversion checks the tensors against (nothing imports a ``__main__``).
-
 The result is read with ``torch.load(weights_only=True)`` and names our modules; pass it (or the
 original) to ``lucid fit --model.weights``.
 """
+
+# An entry point: it reaches up to `lucid_train.tasks.restore`, which builds the module the
+# conversion checks the tensors against (nothing imports a ``__main__``).
 
 from __future__ import annotations
 
