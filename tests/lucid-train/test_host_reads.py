@@ -29,7 +29,7 @@ READS = ("item", "__bool__", "__float__", "__int__", "__index__", "tolist", "cpu
 # source -> why it is allowed; a source is the first frame of the stack that matches it
 ALLOWED = {
     "torch/optim/": "the optimizer's step counters: host tensors on every device (non-fused)",
-    "targets.py:pad_targets": "targets laid out on the host before the copy to the device",
+    "padded_targets.py:pad_targets": "targets laid out on the host before the copy to the device",
     "nonfinite.py:gate_step": "no GradScaler: one read of the flag per optimizer step",
     "trainer.py:get_metrics": f"the progress bar, every {LOG_INTERVAL} batches and at epoch end",
 }
