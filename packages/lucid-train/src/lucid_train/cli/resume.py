@@ -248,13 +248,13 @@ def check_resumed_module(resume: Resume, hparams: Mapping[str, Any]) -> None:
                 f"it, or start a new run from those weights (--model.weights {info.path})"
             )
         said.append(f"{key} {_show(now)} (trained as {_show(trained)})")
-    last = info.path.parent / LAST_NAME
-    later = _epoch_of(last) if info.path.name != LAST_NAME and last.is_file() else None
     if os.environ.get("LOCAL_RANK", "0") != "0":
-        return
+        return  # rank 0 says it (and reads last.ckpt for it)
     if said:
         print(f"lucid fit: the data renames {'; '.join(said)}: the run goes on under the new "
               "names", file=sys.stderr)  # fmt: skip
+    last = info.path.parent / LAST_NAME
+    later = _epoch_of(last) if info.path.name != LAST_NAME and last.is_file() else None
     if later is not None and info.epoch is not None and later > info.epoch:
         print(
             f"lucid fit: {info.path.name} holds epoch {info.epoch} and {last} epoch {later}: "
