@@ -78,6 +78,9 @@ MUTATIONS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "hooks-refusal": lambda mp: mp.setattr(network, "hooked", lambda module: False),
     "accumulator-stream": lambda mp: mp.setattr(Recorder, "_accumulator_stream", lambda s: None),
     "in-place-caller-wait": lambda mp: mp.setattr(replay, "_caller_waits_for", lambda s: None),
+    # Inputs the forward writes in place (test_inputs_written_gpu.py): unseen, the caller's
+    # tensor keeps its old values and a grad input's write is lost.
+    "inputs-written": lambda mp: mp.setattr(recording, "_written", lambda tensors, versions: ()),
 }
 
 

@@ -29,6 +29,11 @@ class UnregisteredGeneratorError(RuntimeError):
     would not advance it. Raised after warm-up, which put that generator back as it found it."""
 
 
+class GradInputWrittenError(RuntimeError):
+    """The call wrote in place into an input that requires grad: a replay writes the recording's
+    copy, and the write cannot be handed back through the caller's autograd graph."""
+
+
 # Substrings of the errors torch and the CUDA runtime raise for work a capture cannot hold.
 _CPU_COPY = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
 _UNREGISTERED = "CUDA generator not in capture mode"
@@ -58,6 +63,8 @@ def failure_reason(error: BaseException) -> Reason:
         return Reason.HOST_RNG
     if any(isinstance(e, UnregisteredGeneratorError) for e in chain):
         return Reason.UNREGISTERED_RNG
+    if any(isinstance(e, GradInputWrittenError) for e in chain):
+        return Reason.WRITES_GRAD_INPUT
     texts = [str(e) for e in chain]
     if any(_CPU_COPY in text for text in texts):
         return Reason.CPU_TENSOR

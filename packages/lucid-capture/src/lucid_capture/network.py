@@ -31,7 +31,8 @@ class NetworkRecorder(Recorder):
 
     A replayed call returns the recording's output buffers, which the next call writes over:
     ``.clone()`` an output kept past it. The forward's Python decisions (``if self.flag:``) are
-    those of the recording, and its in-place writes to its inputs land in the recording's copy.
+    those of the recording. An input it writes in place is copied back after each replay, as
+    eager leaves it (one that requires grad, written under ``no_grad``, runs eager).
 
     Example::
 

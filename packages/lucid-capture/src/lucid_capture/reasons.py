@@ -29,6 +29,7 @@ class Reason(StrEnum):
     HOST_RNG = "host RNG"
     UNREGISTERED_RNG = "unregistered RNG"
     HOOKS = "hooks"
+    WRITES_GRAD_INPUT = "writes a grad input"
 
     @property
     def explanation(self) -> str:
@@ -71,6 +72,8 @@ _EXPLANATIONS = {
     "which the recording was not told about; eager for the fit",
     Reason.HOOKS: "a submodule (or a global module hook) has Python forward or backward hooks, "
     "which run once at recording and never on replay",
+    Reason.WRITES_GRAD_INPUT: "the call writes in place into an input that requires grad; a "
+    "replay cannot put that write into the caller's autograd graph; eager for the fit",
 }
 
 _FIXES = {
@@ -100,6 +103,7 @@ _FIXES = {
     "generators=[g])",
     Reason.HOOKS: "remove the hooks while training, or pass allow_hooks=True if they only do "
     "tensor work (no Python state, no side effects)",
+    Reason.WRITES_GRAD_INPUT: "write into a copy (x = x.clone()) or return a new tensor",
 }
 
 # Reasons that are the normal course of training rather than a lost replay: counted, not warned.

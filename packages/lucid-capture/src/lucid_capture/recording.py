@@ -19,6 +19,11 @@ The procedure holds the capture rules that concern *making* a recording:
   put back to its state before its first draw and the recording is refused (``unregistered
   RNG``), so the eager fit that follows draws what eager would have drawn
   (``randomness.GeneratorWatch``).
+- **Inputs written in place.** The first warm-up forward reads each input's version counter
+  before and after. A replay writes the recording's copy of an input, so an input the call writes
+  is copied back into the caller's tensor after each replay, as eager would have left it; one
+  that requires grad refuses the recording (``writes a grad input``), since that write would
+  have to enter the caller's autograd graph.
 - **Reach (rule 6).** For each differentiable output, the set of gradient targets it reaches is
   measured in warm-up, so a backward in which the loss left an output unread can hand back ``None``
   exactly where eager autograd would, instead of the graph's zeros.
@@ -54,6 +59,7 @@ from typing import Any
 import torch
 
 from lucid_capture.failures import (
+    GradInputWrittenError,
     HostRandomnessError,
     UnregisteredGeneratorError,
     host_rng_state,
@@ -103,6 +109,9 @@ class Recording:
     pool: Any
     stream: torch.cuda.Stream
     generators: tuple[torch.Generator, ...] = ()
+    # Indices into ``tensor_positions`` of the inputs the call writes in place: a replay writes
+    # the recording's copies, so it copies them back into the caller's tensors after the graph.
+    written: tuple[int, ...] = ()
     # Set when the captured forward holds a kernel whose backward cannot run eagerly over it
     # (device_seeded_nodes): runs one eager forward and backward with the given gradients.
     fresh_warmup: Callable[[Sequence[torch.Tensor]], None] | None = None
@@ -267,16 +276,25 @@ def record(
         known = [torch.cuda.default_generators[index], torch.default_generator]
         watch = GeneratorWatch([*known, *generators])
         with torch.cuda.stream(stream):
+            written: tuple[int, ...] = ()
             for step in range(warmup_iters):
                 if step == 0:  # watched once: the mode may steer modules off their fast paths
+                    versions = [t._version for t in static_tensors]
                     with watch:
                         outs, _ = run_forward()
+                    written = _written(static_tensors, versions)
                     if watch.first:
                         watch.restore()
                         raise UnregisteredGeneratorError(
                             f"the call draws from {len(watch.first)} generator(s) the recorder "
                             f"was not given (first at {watch.where or 'an unknown line'}); "
                             "each is left as warm-up found it"
+                        )
+                    grad_written = [i for i in written if static_tensors[i].requires_grad]
+                    if grad_written:
+                        raise GradInputWrittenError(
+                            "the call writes in place into an input that requires grad "
+                            f"(tensor arguments {grad_written})"
                         )
                 else:
                     outs, _ = run_forward()
@@ -345,7 +363,14 @@ def record(
         stream=stream,
         generators=generators,
         fresh_warmup=warm_on_a_fresh_forward if seeded else None,
+        written=written,
     )
+
+
+def _written(tensors: Sequence[torch.Tensor], versions: Sequence[int]) -> tuple[int, ...]:
+    """The indices of ``tensors`` whose version counter moved since ``versions`` was read."""
+    moved = zip(tensors, versions, strict=True)
+    return tuple(i for i, (t, v) in enumerate(moved) if t._version != v)
 
 
 def gradient_layout(grads: Sequence[torch.Tensor | None]) -> GradLayout:

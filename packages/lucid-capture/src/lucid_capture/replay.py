@@ -1,6 +1,7 @@
 """The autograd Function that replays a recording inside normal autograd.
 
-Forward copies the live tensors into the static inputs and replays the forward graph; backward
+Forward copies the live tensors into the static inputs and replays the forward graph (and copies
+back the inputs the call writes in place); backward
 copies the incoming gradients into the static gradient outputs of the backward recorded for their
 layout (recording it on first use) and replays that graph.
 Parameters are inputs of the Function, so autograd accumulates their gradients as usual, unless
@@ -50,6 +51,12 @@ class Replay(torch.autograd.Function):
                 if static.data_ptr() != live.data_ptr():
                     static.copy_(live)
         rec.forward_graph.replay()
+        if rec.written:  # the call writes these inputs in place: leave them as eager would
+            with torch.no_grad():
+                for k in rec.written:
+                    static, live = rec.static_args[rec.tensor_positions[k]], tensors[k]
+                    if static.data_ptr() != live.data_ptr():
+                        live.copy_(static)
         call.stats.graph_launches += 1
         call.stats.replays += 1
         rec.generation += 1
