@@ -224,11 +224,17 @@ def test_a_backward_that_cannot_be_recorded_finishes_eagerly_and_the_fit_goes_on
     assert recorder is not None
     assert recorder.stats.replays == 1 and recorder.stats.backward_recordings == 0
     steps = len(LAYOUTS["full"])
-    # That backward + later calls. Not `host sync`: on the H200 (2026-12-03) the host read inside
+    # That backward + later calls, under one code. Which one depends on the process: on the H200
+    # (2026-12-03) and inside the full GPU session on an H100 (2026-12-07) the host read inside
     # the recorded backward was not refused by the capture (it runs on autograd's device thread,
     # and the capture's error mode is thread-local: the likely reason, not verified), it read an
-    # unfinished value, and what raised was the model's own check, quoted with its line.
-    assert recorder.stats.eager == {Reason.CAPTURE_FAILED: steps}
+    # unfinished value, and what raised was the model's own check (`capture failed`, quoting its
+    # line); run alone on an H100 (2026-12-07, 4 of 4, with the warm-up's join moved into a
+    # `finally`, no other operation changed) the capture refused the read (`host sync`).
+    # Both are refusals that finish the backward eagerly; the counts and the bits above are the
+    # contract.
+    assert sum(recorder.stats.eager.values()) == steps
+    assert set(recorder.stats.eager) in ({Reason.CAPTURE_FAILED}, {Reason.HOST_SYNC})
     # The failed capture must not leave the CUDA generator marked as capturing: the process's
     # next random op outside a graph would raise "Offset increment outside graph capture".
     assert torch.randn(4, device="cuda").isfinite().all()

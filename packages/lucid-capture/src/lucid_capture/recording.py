@@ -275,39 +275,41 @@ def record(
         index = device.index if device.index is not None else torch.cuda.current_device()
         known = [torch.cuda.default_generators[index], torch.default_generator]
         watch = GeneratorWatch([*known, *generators])
-        with torch.cuda.stream(stream):
-            written: tuple[int, ...] = ()
-            for step in range(warmup_iters):
-                if step == 0:  # watched once: the mode may steer modules off their fast paths
-                    versions = [t._version for t in static_tensors]
-                    with watch:
+        try:  # a refusal mid warm-up must not skip the join: the restore would race it
+            with torch.cuda.stream(stream):
+                written: tuple[int, ...] = ()
+                for step in range(warmup_iters):
+                    if step == 0:  # watched once: the mode may steer modules off their fast paths
+                        versions = [t._version for t in static_tensors]
+                        with watch:
+                            outs, _ = run_forward()
+                        written = _written(static_tensors, versions)
+                        if watch.first:
+                            watch.restore()
+                            raise UnregisteredGeneratorError(
+                                f"the call draws from {len(watch.first)} generator(s) the recorder "
+                                f"was not given (first at {watch.where or 'an unknown line'}); "
+                                "each is left as warm-up found it"
+                            )
+                        grad_written = [i for i in written if static_tensors[i].requires_grad]
+                        if grad_written:
+                            raise GradInputWrittenError(
+                                "the call writes in place into an input that requires grad "
+                                f"(tensor arguments {grad_written})"
+                            )
+                    else:
                         outs, _ = run_forward()
-                    written = _written(static_tensors, versions)
-                    if watch.first:
-                        watch.restore()
-                        raise UnregisteredGeneratorError(
-                            f"the call draws from {len(watch.first)} generator(s) the recorder "
-                            f"was not given (first at {watch.where or 'an unknown line'}); "
-                            "each is left as warm-up found it"
-                        )
-                    grad_written = [i for i in written if static_tensors[i].requires_grad]
-                    if grad_written:
-                        raise GradInputWrittenError(
-                            "the call writes in place into an input that requires grad "
-                            f"(tensor arguments {grad_written})"
-                        )
-                else:
-                    outs, _ = run_forward()
-                diff = [o for o in outs if o.requires_grad]
-                if not diff or not target_tensors:
-                    continue
-                if step == warmup_iters - 1:
-                    reach = [_reached(o, target_tensors) for o in diff]
-                torch.autograd.grad(
-                    diff, target_tensors, [torch.ones_like(o) for o in diff], allow_unused=True
-                )
-                del outs, diff
-        torch.cuda.current_stream().wait_stream(stream)
+                    diff = [o for o in outs if o.requires_grad]
+                    if not diff or not target_tensors:
+                        continue
+                    if step == warmup_iters - 1:
+                        reach = [_reached(o, target_tensors) for o in diff]
+                    torch.autograd.grad(
+                        diff, target_tensors, [torch.ones_like(o) for o in diff], allow_unused=True
+                    )
+                    del outs, diff
+        finally:
+            torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize(device)
 
         pool = torch.cuda.graph_pool_handle()
