@@ -140,3 +140,29 @@ def test_a_loss_recorder_whose_targets_miss_the_call_is_refused_on_the_cpu_too()
         recorder(torch.zeros(2, 3))
     with pytest.raises(TypeError, match="argument 0 is named a padded target"):
         LossRecorder(lambda a: a.sum(), capacity=4, targets=(0,))(torch.zeros(3))
+
+
+class _MaskedNet(torch.nn.Module):
+    """A forward whose mask and scale are keyword arguments, as a transformer's are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(
+        self, x: torch.Tensor, *, mask: torch.Tensor | None = None, scale: float = 1.0
+    ) -> torch.Tensor:
+        y = self.proj(x) * scale
+        return y if mask is None else y * mask
+
+
+def test_keyword_arguments_reach_the_forward_as_keywords() -> None:
+    torch.manual_seed(0)
+    net = _MaskedNet()
+    recorder = NetworkRecorder(net)
+    x, mask = torch.randn(2, 8), (torch.rand(2, 8) > 0.5).float()
+    with pytest.warns(CaptureWarning, match=r"no CUDA"):
+        out = recorder(x, mask=mask, scale=0.5)
+    assert bitwise_equal(out, net(x, mask=mask, scale=0.5))
+    assert bitwise_equal(recorder(x), net(x))
+    assert recorder.stats.eager == {Reason.NO_CUDA: 2}

@@ -130,19 +130,21 @@ class Recorder:
 
     # -- public ---------------------------------------------------------------------------
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # Arguments may nest tensors in tuples, dicts or dataclasses: the recording sees their
-        # tensors, and their structure (constants included) as one baked-in argument.
+        # tensors, and their structure (constants and keyword names included) as one baked-in
+        # argument.
         self._check_call(args)
-        leaves, rebuild = flatten(args)
-        flat = (Structure(describe(args)), *leaves)
-        reason = self._route(flat, args, rebuild)
+        tree: Any = (args, kwargs) if kwargs else args
+        leaves, rebuild = flatten(tree)
+        flat = (Structure(describe(tree)), *leaves)
+        reason = self._route(flat, args, rebuild, keywords=bool(kwargs))
         stream = self._accumulator_stream()
         with on_stream(stream):
             if reason is None:
                 return self._replay(flat)  # outputs are the recording's buffers: never freed
             self.stats.count_eager(reason, self._detail(reason, flat))
-            out = self.fn(*args)
+            out = self.fn(*args, **kwargs)
         if stream is not None:
             _used_by_caller(out, stream)
         return out
@@ -191,10 +193,13 @@ class Recorder:
 
     # -- routing --------------------------------------------------------------------------
 
-    def _route(self, args: Sequence[Any], call: Sequence[Any], rebuild: Rebuild) -> Reason | None:
+    def _route(
+        self, args: Sequence[Any], call: Sequence[Any], rebuild: Rebuild, *, keywords: bool
+    ) -> Reason | None:
         """``None`` to replay (recording first if needed), else why this call runs eager.
 
-        ``args`` is the flat call (structure, then tensors); ``call`` the arguments as given."""
+        ``args`` is the flat call (structure, then tensors); ``call`` the positional arguments as
+        given; ``keywords`` whether ``rebuild`` makes ``(args, kwargs)`` rather than ``args``."""
         if not self.enabled:
             return Reason.DISABLED
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -223,7 +228,7 @@ class Recorder:
             return self._recording.signature.mismatch(CallSignature.of(args))
         if self.stats.recordings >= self.max_recordings:
             return Reason.RECORDING_LIMIT
-        return self._record(args, params, rebuild)
+        return self._record(args, params, rebuild, keywords)
 
     def _accumulator_stream(self) -> torch.cuda.Stream | None:
         """The stream this recorder's calls run on: its capture stream while a recording is alive.
@@ -255,14 +260,18 @@ class Recorder:
         return f"recorded shapes {was}, called with {now}"
 
     def _record(
-        self, args: Sequence[Any], params: tuple[torch.Tensor, ...], rebuild: Rebuild
+        self,
+        args: Sequence[Any],
+        params: tuple[torch.Tensor, ...],
+        rebuild: Rebuild,
+        keywords: bool = False,
     ) -> Reason | None:
         device = next(a for a in args if isinstance(a, torch.Tensor)).device
         if self._stream is None or self._stream.device != device:
             self._stream = torch.cuda.Stream(device)  # type: ignore[no-untyped-call]
         try:
             self._recording = record(
-                lambda _, *leaves: self.fn(*unflatten(rebuild, list(leaves))),
+                lambda _, *leaves: _invoke(self.fn, unflatten(rebuild, list(leaves)), keywords),
                 args,
                 params,
                 tuple(self.buffers()),
@@ -350,6 +359,14 @@ class Recorder:
                 clone.__dict__[key] = copy.deepcopy(value, memo)
         clone._failed = None
         return clone
+
+
+def _invoke(fn: Callable[..., Any], call: Any, keywords: bool) -> Any:
+    """``fn`` applied to a rebuilt call: ``(args, kwargs)`` where ``keywords``, else ``args``."""
+    if keywords:
+        args, kwargs = call
+        return fn(*args, **kwargs)
+    return fn(*call)
 
 
 def check_count(name: str, what: str, value: object, *, least: int) -> None:
