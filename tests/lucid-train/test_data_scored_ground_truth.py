@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lucid_train.data import LucidDataModule
-from lucid_train.data.records import DatasetIndex
+from lucid_train.data.records import DataFormatError, DatasetIndex
 from lucid_train.evaluation.coco_eval import coco_from_dict, run_cocoeval
 
 W, H = 64, 48
@@ -125,3 +125,35 @@ def test_a_zero_width_yolo_box_is_skipped_counted_and_not_scored(
     assert len(gt["annotations"]) == 2
     stats = run_cocoeval(coco_from_dict(gt), _perfect(index), "bbox")
     assert stats["mAP"] == pytest.approx(1.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("area", [-5.0, float("nan"), float("inf"), 1e12, None, "12"])
+def test_a_coco_area_the_scorer_would_ignore_is_refused_naming_the_annotation(
+    area: Any, tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """An area outside COCOeval's ranges [0, 1e10] made every object of the file ignored (mAP
+    -1.000, unsaid); a string or null stopped pycocotools with a TypeError."""
+    root = _coco_set(tmp_path, GOOD, write_image)
+    doc = json.loads((root / "annotations" / "val.json").read_text())
+    doc["annotations"][2]["area"] = area
+    (root / "annotations" / "val.json").write_text(json.dumps(doc))
+    dm = LucidDataModule("detect", root, img_size=64, batch_size=2, num_workers=0)
+    with pytest.raises(DataFormatError, match=r"val\.json: annotation 3: 'area' must be .*"
+                       r"remove the key to have it computed from 'bbox'"):  # fmt: skip
+        dm.split_index("val")
+
+
+def test_a_coco_file_without_areas_scores_its_boxes(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    root = _coco_set(tmp_path, GOOD, write_image)
+    doc = json.loads((root / "annotations" / "val.json").read_text())
+    for ann in doc["annotations"]:
+        del ann["area"]
+    (root / "annotations" / "val.json").write_text(json.dumps(doc))
+    dm = LucidDataModule("detect", root, img_size=64, batch_size=2, num_workers=0)
+    gt = dm.coco_ground_truth("val")
+    for scorer in ("faster", "pycocotools"):
+        detections = _perfect(dm.split_index("val"))
+        stats = run_cocoeval(coco_from_dict(gt), detections, "bbox", scorer=scorer)
+        assert stats["mAP"] == pytest.approx(1.0, abs=1e-9), (scorer, stats)

@@ -23,8 +23,9 @@ Hard errors (the file is wrong): duplicate image or annotation ids, an annotatio
 ``category_id`` is not in ``categories`` or whose ``image_id`` is not in ``images``, a keypoint
 list of the wrong length, and any field of the wrong type (an id that is not an integer, a
 ``bbox`` that is not four finite numbers, a size that is not a positive integer, an id past the
-64-bit integer range, ...), and a ``file_name`` written the Windows way (backslashes) that names
-no file: each names the file, the entry (``annotations[3]``) and the fix.
+64-bit integer range, an ``area`` that is not a number from 0 to 1e10, ...), and a
+``file_name`` written the Windows way (backslashes) that names no file: each names the file,
+the entry (``annotations[3]``) and the fix.
 Counted skips: crowd regions, empty boxes (after clipping to the image), rings with fewer than 3
 points or an odd count of coordinates (or not 4 points for obb), RLE masks that do not decode as
 their image's (segment; obb reads polygons only), missing / unreadable image files. Counted, not
@@ -58,6 +59,9 @@ from lucid_train.data.targets import Targets
 
 _UNIT_BOX_MIN_SIDE = 8  # images this small may hold only sub-pixel objects: not judged
 _INT64_BOUND = 2**63
+# COCOeval's area ranges end at 1e5 ** 2: a ground truth whose ``area`` is outside [0, 1e10]
+# (negative, NaN, infinite) is ignored by every range, so such a file scored -1 without a word.
+_AREA_MAX = 1e10
 
 
 def _entries(doc: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
@@ -326,6 +330,19 @@ def clip_box(xywh: Sequence[float] | np.ndarray, width: int, height: int) -> np.
     return None if x2 <= x1 or y2 <= y1 else np.array([x1, y1, x2, y2], np.float64)
 
 
+def _check_area(ann: dict[str, Any], aid: str) -> None:
+    """Refuse an ``area`` evaluation cannot use (see `_AREA_MAX`; a string or null stopped
+    pycocotools' scorer with a TypeError); a missing one is computed from the box."""
+    if "area" not in ann:
+        return
+    area = ann["area"]
+    if isinstance(area, bool) or not isinstance(area, (int, float)) or not 0 <= area <= _AREA_MAX:
+        raise DataFormatError(
+            f"{aid}: 'area' must be the object's area in pixels, a number from 0 to 1e10, got "
+            f"{area!r:.40}; fix it, or remove the key to have it computed from 'bbox'"
+        )
+
+
 def _image_targets(
     anns: list[tuple[int, dict[str, Any]]],
     schema: DatasetSchema,
@@ -346,6 +363,7 @@ def _image_targets(
         for flag in ("iscrowd", "difficult"):
             if not isinstance(ann.get(flag, 0), (bool, int, float)):
                 raise DataFormatError(f"{aid}: '{flag}' must be 0 or 1, got {ann[flag]!r:.40}")
+        _check_area(ann, aid)
         if ann.get("iscrowd", 0):
             report.skip("crowd region (scored by evaluation, not trained on)", aid)
             crowd.append(pos)
