@@ -78,7 +78,12 @@ def test_an_out_of_range_flag_is_refused_while_parsing(
         (["--model.warmup_epochs", "-1"], "warmup_epochs (--model.warmup_epochs): expected >= 0"),
         (["--model.max_det", "0"], "max_det (--model.max_det): expected >= 1, got 0"),
         (["--model.loss_capacity", "0"], "loss_capacity (--model.loss_capacity): expected >= 1"),
-        (["--trainer.max_epochs", "-5"], "`max_epochs` must be a non-negative integer or -1"),
+        (["--trainer.max_epochs", "-5"], "--trainer.max_epochs -5: lucid fit needs the count"),
+        # Lightning's "unlimited": was ProgLoss's ValueError traceback at the first epoch
+        (["--trainer.max_epochs", "-1", "--trainer.max_steps", "1"],
+         "--trainer.max_epochs -1: lucid fit needs the count of epochs"),
+        (["--trainer.max_epochs", "null", "--trainer.max_steps", "1"],
+         "--trainer.max_epochs null: lucid fit needs the count of epochs"),
         (["--run.name", "../elsewhere"], "--run.name '../elsewhere': expected one folder's name"),
         # was: jsonargparse's "Does not validate against any of the Union subtypes" traceback
         (["--data.augment.mosaic", "2"],

@@ -15,7 +15,8 @@ override earlier ones in LightningCLI, and scripts that append one override to a
 flags rely on it. ``--config`` files stack and a flag overrides them, as before.
 
 A ``--seed_everything`` outside numpy's range (`check_seed`) is refused once parsed, naming the
-flag; Lightning raised it later as a traceback.
+flag; Lightning raised it later as a traceback. So is a fit without a count of epochs
+(`check_epochs`: ``--trainer.max_epochs -1``, or ``null`` beside ``max_steps``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,13 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lucid_train.cli.config_files import where_set
 from lucid_train.errors import LucidError
 
-__all__ = ["LucidArgumentParser", "check_seed", "short_message", "warn_repeated_flags"]
+__all__ = [
+    "LucidArgumentParser",
+    "check_epochs",
+    "check_seed",
+    "short_message",
+    "warn_repeated_flags",
+]
 
 # A type's name -> (what a value of it is, a value it takes); `_describe` and `_example`.
 _TYPE_WORDS: dict[str, tuple[str, str]] = {
@@ -72,6 +79,7 @@ class LucidArgumentParser(LightningArgumentParser):
     def parse_args(self, *args: Any, **kwargs: Any) -> Any:
         config = super().parse_args(*args, **kwargs)
         check_seed(config)
+        check_epochs(config)
         return config
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
@@ -93,6 +101,23 @@ def check_seed(config: Any) -> None:
         raise LucidError(
             f"--seed_everything {seed}: expected a seed from {low} to {high} (numpy's range), "
             "or true for a random one; pass e.g. --seed_everything 0"
+        )
+
+
+def check_epochs(config: Any) -> None:
+    """Refuse a fit without a count of epochs: the schedule and ProgLoss run over
+    ``max_epochs``, and Lightning's "unlimited" (-1, or ``null`` beside ``max_steps``) stopped
+    the fit at its first epoch with ProgLoss's ValueError traceback."""
+    if not hasattr(config, "get") or config.get("subcommand") != "fit" or not config.get("fit"):
+        return
+    fit = config.get("fit")
+    epochs, steps = fit.get("trainer.max_epochs"), fit.get("trainer.max_steps")
+    unlimited = epochs is None and steps not in (None, -1)
+    if unlimited or (isinstance(epochs, int) and epochs < 0):
+        raise LucidError(
+            f"--trainer.max_epochs {'null' if epochs is None else epochs}: lucid fit needs the "
+            "count of epochs its learning-rate schedule and ProgLoss run over; pass e.g. "
+            "--trainer.max_epochs 100 (--trainer.max_steps may still stop it earlier)"
         )
 
 
