@@ -60,6 +60,31 @@ def test_data_yaml_refuses_what_it_does_not_read_with_the_line(text: str, match:
         parse_data_yaml(text)
 
 
+def test_data_yaml_block_lists_at_the_keys_column_parse_as_pyyaml_writes_them() -> None:
+    """PyYAML's ``safe_dump`` (the authors' ``YAML.save``) writes a list at its key's column;
+    it was refused as "expected 'key: value', got '- a'"."""
+    cfg = parse_data_yaml("train:\n- images/a\n- images/b\nnames:\n- cat\n-  dog\nnc: 2\n")
+    assert cfg == {"train": ["images/a", "images/b"], "names": ["cat", "dog"], "nc": 2}
+    with pytest.raises(DataFormatError, match=r"data.yaml:2: expected 'key: value', got '- b'"):
+        parse_data_yaml("path: .\n- b\n")  # under a key with a value: still refused
+
+
+def test_data_yaml_single_quoted_scalars_read_a_doubled_quote_as_one() -> None:
+    """YAML's escape in single quotes: 'it''s' is it's (it read as it''s)."""
+    assert parse_data_yaml("names: ['it''s', 'b']\n")["names"] == ["it's", "b"]
+
+
+@pytest.mark.parametrize("names", ["[a, null]", "\n  - a\n  -\n", "\n  0: a\n  1: ~\n"])
+def test_an_empty_class_name_is_refused_naming_the_class(
+    names: str, tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """A blank entry of ``names`` trained as a class named 'None', unsaid."""
+    yaml = "path: .\ntrain: images/train\nnames: " + names.lstrip(" ") + "\n"
+    data = _dataset(tmp_path, write_image, yaml, {"x": "0 0.5 0.5 0.1 0.1\n"})
+    with pytest.raises(DataFormatError, match=r"data.yaml: 'names' has an empty entry \(class 1\)"):
+        read_yolo(data, "train", task="detect")
+
+
 def _dataset(
     tmp_path: Path, write_image: Callable[..., Path], yaml: str, labels: dict[str, str | None]
 ) -> Path:

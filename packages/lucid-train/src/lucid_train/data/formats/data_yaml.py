@@ -2,7 +2,8 @@
 
 PyYAML is not a dependency of lucid, so this reads only what those files hold (assumptions.md
 D10): top-level ``key: scalar``, ``key: [inline, list]``, a ``key:`` followed by an indented block
-list (``- item``) or block mapping (``0: name``), and block scalars (``key: |``, kept as text).
+list (``- item``; also at the key's own column, as PyYAML writes it) or block mapping
+(``0: name``), and block scalars (``key: |``, kept as text).
 Scalars are ints, floats, ``true``/``false``/``null`` and plain or quoted strings; ``#`` starts a
 comment outside quotes. Anything else is refused with the file, the line and what to change,
 rather than guessed.
@@ -40,7 +41,7 @@ def _scalar(text: str, where: str) -> Any:
     if s[0] in "'\"":
         if len(s) < 2 or s[-1] != s[0]:
             raise DataFormatError(f"{where}: unterminated quoted string {s!r}")
-        return s[1:-1]
+        return s[1:-1].replace("''", "'") if s[0] == "'" else s[1:-1]  # 'it''s' is it's
     if s in ("true", "True", "TRUE"):
         return True
     if s in ("false", "False", "FALSE"):
@@ -153,8 +154,8 @@ def parse_data_yaml(text: str, source: str = "data.yaml") -> dict[str, Any]:
             if not sub.strip():
                 i += 1
                 continue
-            if not sub[0].isspace():
-                break
+            if not sub[0].isspace() and not (sub.startswith("- ") or sub.rstrip() == "-"):
+                break  # the next top-level key; a list may sit at the key's column (PyYAML's)
             sub_where = f"{source}:{i + 1}"
             body = sub.strip()
             if body.startswith("- ") or body == "-":

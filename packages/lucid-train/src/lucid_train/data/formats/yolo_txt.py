@@ -94,6 +94,12 @@ def _schema(cfg: dict[str, Any], task: Task, where: Path) -> tuple[DatasetSchema
             f"{where}: 'names' must be a non-empty list or mapping of class index to name, got "
             f"{names!r:.40}"
         )
+    values = list(names.values()) if isinstance(names, dict) else names
+    if None in values:  # a blank entry ('- ', '1: ~'): it trained as a class named 'None'
+        raise DataFormatError(
+            f"{where}: 'names' has an empty entry (class {class_names.index('None')}); write "
+            "the class's name there"
+        )
     nc = cfg.get("nc")
     if nc is not None and (not _is_int(nc) or nc != len(class_names)):
         raise DataFormatError(
