@@ -59,6 +59,23 @@ def test_a_video_source_is_told_to_become_frames(tmp_path: Path) -> None:
         list(iter_images(clip))
 
 
+def test_videos_and_unread_formats_in_a_folder_are_counted_with_their_fix(
+    tmp_path: Path, write_image: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder's .heic photos and clips were passed over without a word (a split counts them)."""
+    (tmp_path / "clip.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "phone.HEIC").write_bytes(b"\x00")
+    (tmp_path / "notes.txt").write_text("not an image, not counted")
+    with pytest.raises(FileNotFoundError, match=r"no images .*; it holds 1 video\(s\) \(clip"):
+        list(iter_images(tmp_path))
+    write_image(tmp_path / "a.png", 32, 32)
+    assert [q.name for q in iter_images(tmp_path)] == ["a.png"]
+    err = capsys.readouterr().err
+    assert "lucid predict: passed over 1 video(s) (clip.mp4): extract their frames" in err, err
+    assert "1 image(s) in a format lucid does not read (phone.HEIC): convert them" in err, err
+
+
 def test_a_folder_with_a_bad_file_predicts_the_rest_and_counts_it(
     small_synthetic: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

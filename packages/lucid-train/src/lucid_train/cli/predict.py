@@ -24,7 +24,12 @@ from lucid_models.postprocessing import masks_to_source
 from lucid_train.atomic_files import save_image, write_text
 from lucid_train.data.augment.letterbox import LetterboxParams
 from lucid_train.data.augment.warp import warp_image
-from lucid_train.data.image_io import IMAGE_SUFFIXES, CorruptImageError, open_rgb
+from lucid_train.data.image_io import (
+    IMAGE_SUFFIXES,
+    UNREAD_SUFFIXES,
+    CorruptImageError,
+    open_rgb,
+)
 from lucid_train.errors import SettingError, check_range
 from lucid_train.report.overlays import draw_overlay
 
@@ -61,11 +66,31 @@ def iter_images(source: str | Path) -> Iterator[Path]:
         )
         raise FileNotFoundError(f"--source {p}: no such file or folder{wildcard}")
     found = sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
+    unread = _unread_files(p)
     if not found:
         raise FileNotFoundError(
             f"--source {p}: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in this folder"
+            + (f"; it holds {unread}" if unread else "")
         )
+    if unread:  # a phone's .heic beside its .jpg, a clip among frames: not passed over unsaid
+        print(f"lucid predict: passed over {unread}", file=sys.stderr)
     yield from found
+
+
+def _unread_files(folder: Path) -> str:
+    """The videos and the image formats lucid does not decode under ``folder``, counted with
+    the fix for each, or ''."""
+    videos = sorted(q.name for q in folder.rglob("*") if q.suffix.lower() in VIDEO_SUFFIXES)
+    images = sorted(q.name for q in folder.rglob("*") if q.suffix.lower() in UNREAD_SUFFIXES)
+    parts = [
+        f"{len(names)} {what} ({', '.join(names[:3])}{' ...' * (len(names) > 3)}): {fix}"
+        for names, what, fix in (
+            (videos, "video(s)", "extract their frames (ffmpeg -i clip.mp4 frames/%06d.jpg)"),
+            (images, "image(s) in a format lucid does not read", "convert them to JPEG or PNG"),
+        )
+        if names
+    ]
+    return "; ".join(parts)
 
 
 @torch.no_grad()
