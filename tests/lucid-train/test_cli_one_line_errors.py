@@ -414,6 +414,14 @@ def test_error_lines_for_wrapped_and_plain_faults() -> None:
     outer = RuntimeError("logger failed")
     outer.__cause__ = full
     assert "writing metrics.csv: the disk is full" in (error_line(outer) or "")
+    assert (error_line(outer, "fit") or "").endswith(
+        "free space (or pick another --run.root), then resume with --ckpt_path"
+    )
+    # only a fit resumes: was "resume with --ckpt_path" for an export to a full disk
+    onnx = OSError(errno.ENOSPC, "No space left on device", "m.onnx")
+    assert (error_line(onnx, "export") or "").endswith(
+        "free space (or pick another --out), then run lucid export again"
+    )
     assert error_line(KeyError("id")) is None
     assert error_line(ValueError("a bug")) is None
 

@@ -66,9 +66,12 @@ def error_line(err: BaseException, verb: str = "") -> str | None:
             return f"{_message(link)} (Lightning refused a setting; `lucid fit --help` lists them)"
         if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f"writing {link.filename}: " if link.filename else ""
+            # only a fit resumes; export, predict and validate are run again
+            then = "resume with --ckpt_path" if verb in ("fit", "") else f"run lucid {verb} again"
             return (
                 f"{where}the disk is full ({link.strerror}); the files lucid writes whole keep "
-                "their previous version; free space, then resume with --ckpt_path"
+                f"their previous version; free space{flag.replace(' (', ' (or pick another ')}, "
+                f"then {then}"
             )
     if isinstance(err, FileNotFoundError) and err.errno == errno.ENOENT and err.filename:
         # the system's own (a folder that cannot be made there), not a message of ours
