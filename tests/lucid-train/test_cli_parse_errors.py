@@ -65,6 +65,23 @@ def test_a_misspelt_option_is_named_with_its_nearest_option(
 
 
 @pytest.mark.parametrize(
+    ("verb", "given", "says"),
+    [
+        ("validate", "--ckpt_path", "unknown option --ckpt_path; did you mean --ckpt?"),
+        ("predict", "--ckpt_path", "unknown option --ckpt_path; did you mean --ckpt?"),
+        ("fit", "--ckpt", "did you mean --ckpt_path (to resume) or --model.weights (to train"),
+    ],
+)
+def test_lightnings_checkpoint_flag_is_named_with_lucids(
+    verb: str, given: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Lightning's ``validate --ckpt_path`` was "unknown option --ckpt_path", nothing offered
+    (too far from ``--ckpt`` for the nearest-option match)."""
+    code, line = _refusal([verb, given, "x.ckpt"], capsys)
+    assert code == 2 and says in line, line
+
+
+@pytest.mark.parametrize(
     ("given", "says"),
     [
         (["--data.batch_size", "abc"],

@@ -173,7 +173,18 @@ def short_message(parser: LightningArgumentParser, message: str) -> str:
     return f"{' '.join(message.split())} ({help_hint})"
 
 
+# Lightning's checkpoint flag of each verb against lucid's, too far apart for difflib's cutoff:
+# the flag that must be known, and what to say.
+_SAME_FLAG = {
+    "--ckpt_path": ("--ckpt", "--ckpt"),  # lucid validate --ckpt_path (Lightning's spelling)
+    "--ckpt": ("--ckpt_path", "--ckpt_path (to resume) or --model.weights (to train from it)"),
+}
+
+
 def _nearest(name: str, known: Sequence[str]) -> str | None:
+    flag, said = _SAME_FLAG.get(name, ("", ""))
+    if flag in known:
+        return said
     found = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
     return found[0] if found else None
 
