@@ -3,6 +3,7 @@ missing vs empty label files, and the COCO → Targets → YOLO txt → Targets 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,6 +73,24 @@ def test_data_yaml_block_lists_at_the_keys_column_parse_as_pyyaml_writes_them() 
 def test_data_yaml_single_quoted_scalars_read_a_doubled_quote_as_one() -> None:
     """YAML's escape in single quotes: 'it''s' is it's (it read as it''s)."""
     assert parse_data_yaml("names: ['it''s', 'b']\n")["names"] == ["it's", "b"]
+
+
+@pytest.mark.parametrize(
+    ("line", "fix"),
+    [
+        ("0,0.5,0.5,0.1,0.1", "separate a line's values with spaces, not commas"),
+        ("0 0.5 0.5 0.1 0.1,", "separate a line's values with spaces, not commas"),
+        ("# a comment", "each value is a number (class cx cy w h ...)"),
+    ],
+)
+def test_a_label_line_that_is_not_numbers_says_how_to_write_it(
+    line: str, fix: str, tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was "non-numeric value in '0,0.5,...'" without the fix (a CSV export, a comment)."""
+    data = _dataset(tmp_path, write_image, BASE, {"x": f"{line}\n"})
+    said = rf"x\.txt:1: non-numeric value in .*; {re.escape(fix)}"
+    with pytest.raises(DataFormatError, match=said):
+        read_yolo(data, "train", task="detect")
 
 
 @pytest.mark.parametrize("names", ["[a, null]", "\n  - a\n  -\n", "\n  0: a\n  1: ~\n"])

@@ -255,7 +255,12 @@ def parse_label_text(
         try:
             values = [float(v) for v in line.split()]
         except ValueError as exc:
-            raise DataFormatError(f"{at}: non-numeric value in {line.strip()!r}") from exc
+            fix = (
+                "; separate a line's values with spaces, not commas (class cx cy w h)"
+                if "," in line
+                else "; each value is a number (class cx cy w h ...)"
+            )
+            raise DataFormatError(f"{at}: non-numeric value in {line.strip()!r:.80}{fix}") from exc
         if not all(math.isfinite(v) for v in values):
             raise DataFormatError(
                 f"{at}: non-finite value (nan or inf) in {line.strip()!r}; write a number"
