@@ -198,6 +198,29 @@ def test_a_split_path_that_names_nothing_says_so_and_how_it_was_read(
         read_split(tmp_path, "train", task="detect")
 
 
+def test_a_relative_path_folder_that_names_nothing_says_where_it_was_read_from(
+    tmp_path: Path,
+    write_image: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``path: datasets/x`` meant from the working directory (the authors' tools try it
+    first) is read from the data.yaml's folder: the refusal says so and names the folder that
+    does exist. Was: only the split path looked for."""
+    data = tmp_path / "datasets" / "x"
+    _yolo(data, "path: .\ntrain: images/train\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "data.yaml").write_text(
+        "path: datasets/x\ntrain: images/train\nnames: [cat]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    said = (
+        r"'path' itself does not exist \(a relative 'path' is read from the folder of "
+        r"data\.yaml, .*cfg\); it does exist under the working directory: write 'path: .*x'"
+    )
+    with pytest.raises(DataFormatError, match=said):
+        read_split(tmp_path / "cfg" / "data.yaml", "train", task="detect")
+
+
 def test_a_windows_path_in_an_image_list_names_the_list_and_line(
     tmp_path: Path, write_image: Callable[..., Path]
 ) -> None:

@@ -78,6 +78,27 @@ def _under_images(path: Path) -> bool:
     return "images" in path.parts[:-1]
 
 
+def _root_hint(root: Path, where: Path) -> str:
+    """Where a missing ``path:`` folder was looked for: a relative one is read from the
+    data.yaml's folder, where the authors' tools try the working directory first."""
+    if root.exists():
+        return ""
+    try:
+        written = root.relative_to(where.parent)
+    except ValueError:
+        return f"; 'path' itself, {root}, does not exist"
+    here = Path.cwd() / written
+    found = (
+        f"; it does exist under the working directory: write 'path: {here}'"
+        if here.exists()
+        else ""
+    )
+    return (
+        f"; 'path' itself does not exist (a relative 'path' is read from the folder of "
+        f"{where.name}, {where.parent}){found}"
+    )
+
+
 def split_images(
     root: Path, entry: Any, where: Path, split: str, report: LoadReport | None = None
 ) -> list[Path]:
@@ -127,7 +148,7 @@ def split_images(
         elif not p.exists():
             raise DataFormatError(
                 f"{where}: '{split}: {e}' does not exist: looked for {p} (relative paths are "
-                f"read under 'path', here {root}){_windows_path_hint(e)}"
+                f"read under 'path', here {root}){_windows_path_hint(e) or _root_hint(root, where)}"
             )
         else:
             raise DataFormatError(
