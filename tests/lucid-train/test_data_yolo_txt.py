@@ -314,6 +314,22 @@ def test_keypoint_visibility_between_the_codes_reads_as_labelled_and_is_counted(
         read_yolo(bad, "train", task="pose")
 
 
+def test_label_files_beside_their_images_are_named_with_the_folder_to_move_them_to(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """Was "label file missing ... read with missing_labels='background'": the fix offered
+    would have trained every image as a background, its labels lying beside it unread."""
+    data = _dataset(tmp_path, write_image, BASE, {"x": None})
+    (tmp_path / "images" / "train" / "x.txt").write_text("0 0.5 0.5 0.1 0.1\n")
+    said = (
+        r"labels/train/x.txt: label file missing for .*x.png, and x.txt lies beside the image; "
+        r"YOLO reads labels from the 'labels' folder beside 'images': move the .txt files of "
+        r".*images/train to .*labels/train"
+    )
+    with pytest.raises(DataFormatError, match=said):
+        read_yolo(data, "train", task="detect")
+
+
 def test_missing_label_file_differs_from_an_empty_one(
     tmp_path: Path, write_image: Callable[..., Path]
 ) -> None:

@@ -21,7 +21,7 @@ from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.image_io import IMAGE_SUFFIXES, UNREAD_SUFFIXES
 from lucid_train.data.records import DataFormatError, LoadReport
 
-__all__ = ["count_orphan_labels", "label_path", "split_images"]
+__all__ = ["count_orphan_labels", "label_path", "refuse_label_file", "split_images"]
 
 _log = logging.getLogger("lucid_train.data")
 NOT_AN_IMAGE = "image list line that names no image by its suffix (skipped)"
@@ -41,6 +41,32 @@ def label_path(image: Path) -> Path:
 
 
 _WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]|\\")  # C:\ or C:/, or any backslash
+
+
+def refuse_label_file(image: Path, lbl: Path, missing_labels: str) -> None:
+    """Refuse a folder standing where ``image``'s label file belongs, and with
+    ``missing_labels='error'`` a missing label file, naming where it was looked for; one
+    lying beside the image (``images/train/a.txt``) is named, since reading the split as
+    background would drop every label it holds."""
+    if lbl.is_dir():  # not a missing label file: neither skipped nor read as background
+        raise DataFormatError(
+            f"{lbl}: a folder where the label file of {image} should be; move the folder "
+            "away and write the image's label file there (an empty one for a background image)"
+        )
+    if lbl.is_file() or missing_labels != "error":
+        return
+    beside = image.with_suffix(".txt")
+    if beside.is_file():
+        raise DataFormatError(
+            f"{lbl}: label file missing for {image}, and {beside.name} lies beside the image; "
+            f"YOLO reads labels from the 'labels' folder beside 'images': move the .txt files "
+            f"of {beside.parent} to {lbl.parent}"
+        )
+    raise DataFormatError(
+        f"{lbl}: label file missing for {image}. An empty file marks a background image: "
+        "create one, or read with missing_labels 'background' or 'skip' "
+        "(--data.missing_labels)"
+    )
 
 
 def _windows_path_hint(written: str) -> str:

@@ -41,7 +41,12 @@ import numpy as np
 
 from lucid_train.data.formats.data_yaml import dump_data_yaml, read_data_yaml
 from lucid_train.data.formats.input_checks import read_text
-from lucid_train.data.formats.yolo_files import count_orphan_labels, label_path, split_images
+from lucid_train.data.formats.yolo_files import (
+    count_orphan_labels,
+    label_path,
+    refuse_label_file,
+    split_images,
+)
 from lucid_train.data.image_io import Verify, usable_size
 from lucid_train.data.records import (
     CLIP_NOTED_PX,
@@ -192,18 +197,8 @@ def read_yolo(
             report.skip(size, str(image))
             continue
         lbl = label_path(image)
-        if lbl.is_dir():  # not a missing label file: neither skipped nor read as background
-            raise DataFormatError(
-                f"{lbl}: a folder where the label file of {image} should be; move the folder "
-                "away and write the image's label file there (an empty one for a background image)"
-            )
+        refuse_label_file(image, lbl, missing_labels)
         if not lbl.is_file():
-            if missing_labels == "error":
-                raise DataFormatError(
-                    f"{lbl}: label file missing for {image}. "
-                    "An empty file marks a background image: "
-                    "create one, or read with missing_labels='background' or 'skip'"
-                )
             report.skip(
                 "missing label file (read as background)"
                 if missing_labels == "background"
