@@ -221,6 +221,18 @@ def test_a_relative_path_folder_that_names_nothing_says_where_it_was_read_from(
         read_split(tmp_path / "cfg" / "data.yaml", "train", task="detect")
 
 
+def test_an_image_list_line_starting_dot_slash_is_read_from_the_lists_folder_too(
+    tmp_path: Path, write_image: Callable[..., Path]
+) -> None:
+    """As the authors' reader takes './' in a list: from the list's own folder (a list in
+    ``lists/``). Was: every such line counted as a missing image, the split refused."""
+    _yolo(tmp_path, "path: .\ntrain: lists/t.txt\nnames: [cat]\n", "0 .5 .5 .2 .2\n", write_image)
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "t.txt").write_text("./../images/train/a.png\n")
+    index = read_split(tmp_path, "train", task="detect")
+    assert [r.path.name for r in index.records] == ["a.png"] and not index.report.counts
+
+
 def test_a_windows_path_in_an_image_list_names_the_list_and_line(
     tmp_path: Path, write_image: Callable[..., Path]
 ) -> None:

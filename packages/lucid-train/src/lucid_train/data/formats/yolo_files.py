@@ -160,6 +160,9 @@ def split_images(
                         raise DataFormatError(f"{p}:{number}: {written!r:.80}{hint}")
                     q = Path(written)
                     q = q if q.is_absolute() else root / q
+                    beside = p.parent / written  # the authors read './' from the list's folder
+                    if written.startswith("./") and not q.exists() and beside.exists():
+                        q = beside
                     if q.suffix.lower() not in IMAGE_SUFFIXES:
                         if report is not None:
                             unread = q.suffix.lower() in UNREAD_SUFFIXES
