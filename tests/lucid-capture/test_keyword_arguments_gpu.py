@@ -29,12 +29,13 @@ class _MaskedNet(torch.nn.Module):
         return y if mask is None else y * mask
 
 
-# Per step: the keywords of the call. The third and fifth change the structure or a constant.
+# Per step: the keywords of the call, in the order given. The third and fifth change the
+# structure or a constant (eager); the fourth gives the same keywords in another order (replayed).
 CALLS = [
     {"mask": True, "scale": 0.5},
     {"mask": True, "scale": 0.5},
     {"scale": 0.5},
-    {"mask": True, "scale": 0.5},
+    {"scale": 0.5, "mask": True},
     {"mask": True, "scale": 2.0},
     {"mask": True, "scale": 0.5},
 ]
@@ -52,7 +53,7 @@ def _fit(capture: bool) -> tuple[list[torch.Tensor], NetworkRecorder | None]:
         for keywords in CALLS:
             x = torch.randn(4, 8, generator=g).cuda()
             mask = (torch.rand(4, 16, generator=g) > 0.3).float().cuda()
-            kwargs = {"scale": keywords["scale"]} | ({"mask": mask} if "mask" in keywords else {})
+            kwargs = {k: mask if k == "mask" else v for k, v in keywords.items()}
             loss = forward(x, **kwargs).square().mean()
             loss.backward()
             optimizer.step()

@@ -135,7 +135,7 @@ class Recorder:
         # tensors, and their structure (constants and keyword names included) as one baked-in
         # argument.
         self._check_call(args)
-        tree: Any = (args, kwargs) if kwargs else args
+        tree: Any = (args, dict(sorted(kwargs.items()))) if kwargs else args  # any order
         leaves, rebuild = flatten(tree)
         flat = (Structure(describe(tree)), *leaves)
         reason = self._route(flat, args, rebuild, keywords=bool(kwargs))
