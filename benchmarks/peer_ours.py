@@ -29,8 +29,10 @@ from peer_common import (
 # the COCO file, one without annotations too (the rule before 2026-12-05, D22: on a hard set it
 # measures what the empty class costs on its own, the peer keeping the annotated ones);
 # ``+hsvauthors`` applies the colour jitter by the authors' 8-bit HSV round trip instead of the
-# colour matrix (D13); so an A/B of a data option is one more arm beside the default in the same
-# call.
+# colour matrix (D13); ``+det`` seeds as the authors' default does, deterministic algorithms
+# with a warning where there are none (their ``deterministic: True``, T94); so an A/B of a data
+# option is one more arm beside the default in the same call.
+
 ARM_OPTIONS = {
     "buffer": ["--data.mosaic_pool", "buffer"],
     "batch": ["--data.mosaic_pool", "batch"],
@@ -38,6 +40,7 @@ ARM_OPTIONS = {
     "once": ["--data.load_resize", "false"],
     "cpu": ["--data.render", "cpu"],
     "hsvauthors": ["--data.augment.hsv_rule", "authors"],
+    "det": ["--trainer.deterministic", "warn"],
 }
 # Options that are an environment switch of our fit rather than a flag.
 ARM_ENV = {
