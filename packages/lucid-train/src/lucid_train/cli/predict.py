@@ -65,8 +65,9 @@ def iter_images(source: str | Path) -> Iterator[Path]:
             else ""
         )
         raise FileNotFoundError(f"--source {p}: no such file or folder{wildcard}")
-    found = sorted(q for q in p.rglob("*") if q.suffix.lower() in IMAGE_SUFFIXES)
-    unread = _unread_files(p)
+    files = list(p.rglob("*"))  # one walk of the folder for the images and the passed-over
+    found = sorted(q for q in files if q.suffix.lower() in IMAGE_SUFFIXES)
+    unread = _unread_files(files)
     if not found:
         raise FileNotFoundError(
             f"--source {p}: no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in this folder"
@@ -77,11 +78,11 @@ def iter_images(source: str | Path) -> Iterator[Path]:
     yield from found
 
 
-def _unread_files(folder: Path) -> str:
-    """The videos and the image formats lucid does not decode under ``folder``, counted with
-    the fix for each, or ''."""
-    videos = sorted(q.name for q in folder.rglob("*") if q.suffix.lower() in VIDEO_SUFFIXES)
-    images = sorted(q.name for q in folder.rglob("*") if q.suffix.lower() in UNREAD_SUFFIXES)
+def _unread_files(files: list[Path]) -> str:
+    """The videos and the image formats lucid does not decode among ``files`` (a folder's),
+    counted with the fix for each, or ''."""
+    videos = sorted(q.name for q in files if q.suffix.lower() in VIDEO_SUFFIXES)
+    images = sorted(q.name for q in files if q.suffix.lower() in UNREAD_SUFFIXES)
     parts = [
         f"{len(names)} {what} ({', '.join(names[:3])}{' ...' * (len(names) > 3)}): {fix}"
         for names, what, fix in (
