@@ -19,23 +19,36 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+
+def _permutation_p(
+    a: np.ndarray,
+    b: np.ndarray,
+    ratio: Callable[[np.ndarray, np.ndarray], float],
+    draws: int,
+    seed: int,
+) -> float:
+    """The share of ``draws`` random deals of ``a`` and ``b``'s pooled values to two sides of
+    their sizes whose ``ratio`` is at least the observed one."""
+    observed = ratio(a, b)
+    pool, k = np.concatenate([a, b]), len(a)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(draws):
+        rng.shuffle(pool)
+        hits += ratio(pool[:k], pool[k:]) >= observed
+    return hits / draws
 
 
 def spread_p(ours: list[float], theirs: list[float], draws: int, seed: int = 0) -> float:
     """The one-sided permutation p of std(ours) / std(theirs) being at least as observed."""
     a = np.asarray(ours) - statistics.fmean(ours)
     b = np.asarray(theirs) - statistics.fmean(theirs)
-    observed = a.std(ddof=1) / b.std(ddof=1)
-    pool, k = np.concatenate([a, b]), len(a)
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for _ in range(draws):
-        rng.shuffle(pool)
-        hits += pool[:k].std(ddof=1) / pool[k:].std(ddof=1) >= observed
-    return hits / draws
+    return _permutation_p(a, b, lambda x, y: x.std(ddof=1) / y.std(ddof=1), draws, seed)
 
 
 def _pooled_std(values: np.ndarray, runs: int) -> float:
@@ -48,15 +61,12 @@ def pooled_p(
     """std of ours, std of theirs (each run centred) and the one-sided permutation p."""
     a = np.concatenate([np.asarray(v) - statistics.fmean(v) for v in ours])
     b = np.concatenate([np.asarray(v) - statistics.fmean(v) for v in theirs])
-    s_a, s_b = _pooled_std(a, len(ours)), _pooled_std(b, len(theirs))
-    pool, k = np.concatenate([a, b]), len(a)
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for _ in range(draws):
-        rng.shuffle(pool)
-        ratio = _pooled_std(pool[:k], len(ours)) / _pooled_std(pool[k:], len(theirs))
-        hits += ratio >= s_a / s_b
-    return s_a, s_b, hits / draws
+    runs_a, runs_b = len(ours), len(theirs)
+
+    def ratio(x: np.ndarray, y: np.ndarray) -> float:
+        return _pooled_std(x, runs_a) / _pooled_std(y, runs_b)
+
+    return _pooled_std(a, runs_a), _pooled_std(b, runs_b), _permutation_p(a, b, ratio, draws, seed)
 
 
 def _pooled_table(runs: list[Path], draws: int) -> None:
