@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from lucid_train.data.builtin_sets.synthetic import main as synthetic_main
 from lucid_train.data.formats.coco import read_coco
@@ -73,6 +74,42 @@ def test_data_yaml_block_lists_at_the_keys_column_parse_as_pyyaml_writes_them() 
 def test_data_yaml_single_quoted_scalars_read_a_doubled_quote_as_one() -> None:
     """YAML's escape in single quotes: 'it''s' is it's (it read as it''s)."""
     assert parse_data_yaml("names: ['it''s', 'b']\n")["names"] == ["it's", "b"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'names: ["a\\"b", "caf\\u00e9", "tab\\there", "x\\\\y", "a # b"]  # comment\n',
+        'path: "C:\\\\data\\\\set"\n',
+        "names: [nan, inf, NaN, 1e3, 1.5e+3, .inf, -.inf, 0.5_0, 1_000, +3, -.5, 3., .5]\n",
+        "names:\n  0: 1e3\n  1: nan\n  2: 'it''s'\n",
+    ],
+)
+def test_data_yaml_scalars_read_as_pyyaml_reads_them(text: str) -> None:
+    """The authors load data.yaml with PyYAML: double-quoted escapes are decoded (they were kept
+    as written), a float needs its dot, and ``nan`` / ``inf`` / ``1e3`` are class names, not
+    numbers (Python's ``float`` read them as floats). Compared with PyYAML at test time, by
+    ``repr`` so that a text 'nan' and a float nan differ and two float nans agree."""
+    assert repr(parse_data_yaml(text)) == repr(yaml.safe_load(text))
+
+
+def test_data_yaml_written_by_lucid_keeps_quotes_in_names() -> None:
+    """``dump_data_yaml`` dropped a name's single quotes (it's became its)."""
+    cfg = {"names": {0: "it's", 1: 'say "hi"'}, "nc": 2}
+    assert parse_data_yaml(dump_data_yaml(cfg)) == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('names: ["a\\qb"]\n', r"data.yaml:1: unknown escape '\\q'.*single-quote"),
+        ('names: ["\\x4"]\n', r"data.yaml:1: '\\x' needs 2 hex digits"),
+        ('names: "abc\\"\n', r"data.yaml:1: unterminated quoted string"),
+    ],
+)
+def test_data_yaml_bad_escapes_name_the_line_and_the_fix(text: str, match: str) -> None:
+    with pytest.raises(DataFormatError, match=match):
+        parse_data_yaml(text)
 
 
 @pytest.mark.parametrize(

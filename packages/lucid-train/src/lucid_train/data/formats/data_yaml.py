@@ -4,9 +4,11 @@ PyYAML is not a dependency of lucid, so this reads only what those files hold (a
 D10): top-level ``key: scalar``, ``key: [inline, list]``, a ``key:`` followed by an indented block
 list (``- item``; also at the key's own column, as PyYAML writes it) or block mapping
 (``0: name``), and block scalars (``key: |``, kept as text).
-Scalars are ints, floats, ``true``/``false``/``null`` and plain or quoted strings; ``#`` starts a
-comment outside quotes. Anything else is refused with the file, the line and what to change,
-rather than guessed.
+Scalars are ints, floats, ``true``/``false``/``null`` and plain or quoted strings, read as
+PyYAML reads them (the authors' loader): a float needs its dot (``1e3`` and ``nan`` are text,
+``1.5e+3`` and ``.inf`` numbers), and a double-quoted string takes YAML's backslash escapes;
+``#`` starts a comment outside quotes. Anything else is refused with the file, the line and
+what to change, rather than guessed.
 """
 
 from __future__ import annotations
@@ -19,13 +21,65 @@ from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.records import DataFormatError
 
 _KEY = re.compile(r"^([A-Za-z0-9_\-]+)\s*:(.*)$")
+# PyYAML's (YAML 1.1) implicit ints and floats, less its octal, binary, hex and base-60 forms,
+# which a data.yaml does not hold and which stay text here.
+_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$")
+_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+][0-9]+)?$")
+_INF, _NAN = (".inf", ".Inf", ".INF"), (".nan", ".NaN", ".NAN")
+_ESCAPES = {
+    "0": "\0", "a": "\a", "b": "\b", "t": "\t", "\t": "\t", "n": "\n", "v": "\v",
+    "f": "\f", "r": "\r", "e": "\x1b", " ": " ", '"': '"', "/": "/", "\\": "\\",
+    "N": "\x85", "_": "\xa0", "L": "\u2028", "P": "\u2029",
+}  # fmt: skip
+_HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
+
+
+def _closes(line: str, i: int, quote: str) -> bool:
+    """Whether ``line[i]`` ends a string opened by ``quote``: a double quote escaped by an odd
+    run of backslashes does not."""
+    if line[i] != quote:
+        return False
+    run = len(line[:i]) - len(line[:i].rstrip("\\"))
+    return quote == "'" or run % 2 == 0
+
+
+def _unescape(body: str, where: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        code = body[i + 1 : i + 2]
+        if code in _HEX_DIGITS:
+            digits = body[i + 2 : i + 2 + _HEX_DIGITS[code]]
+            if len(digits) != _HEX_DIGITS[code] or not all(
+                c in "0123456789abcdefABCDEF" for c in digits
+            ):
+                raise DataFormatError(
+                    f"{where}: '\\{code}' needs {_HEX_DIGITS[code]} hex digits in \"{body}\"; "
+                    "write the character itself, or single-quote the string"
+                )
+            out.append(chr(int(digits, 16)))
+            i += 2 + len(digits)
+        elif code in _ESCAPES:
+            out.append(_ESCAPES[code])
+            i += 2
+        else:
+            raise DataFormatError(
+                f"{where}: unknown escape '\\{code}' in \"{body}\"; write '\\\\' for a "
+                "backslash (a Windows path), or single-quote the string"
+            )
+    return "".join(out)
 
 
 def _strip_comment(line: str) -> str:
     quote = ""
     for i, ch in enumerate(line):
         if quote:
-            if ch == quote:
+            if _closes(line, i, quote):
                 quote = ""
         elif ch in "'\"":
             quote = ch
@@ -39,9 +93,11 @@ def _scalar(text: str, where: str) -> Any:
     if not s or s in ("~", "null", "Null", "NULL"):
         return None
     if s[0] in "'\"":
-        if len(s) < 2 or s[-1] != s[0]:
+        if len(s) < 2 or not _closes(s, len(s) - 1, s[0]):
             raise DataFormatError(f"{where}: unterminated quoted string {s!r}")
-        return s[1:-1].replace("''", "'") if s[0] == "'" else s[1:-1]  # 'it''s' is it's
+        if s[0] == "'":
+            return s[1:-1].replace("''", "'")  # 'it''s' is it's
+        return _unescape(s[1:-1], where)
     if s in ("true", "True", "TRUE"):
         return True
     if s in ("false", "False", "FALSE"):
@@ -52,11 +108,14 @@ def _scalar(text: str, where: str) -> Any:
         raise DataFormatError(
             f"{where}: YAML feature {s[0]!r} is not supported in data.yaml; write a plain value"
         )
-    for cast in (int, float):
-        try:
-            return cast(s)
-        except ValueError:
-            pass
+    if _INT.match(s):
+        return int(s)
+    if s.lstrip("+-") in _INF and len(s) - len(s.lstrip("+-")) <= 1:
+        return float(s[0] + "inf") if s[0] in "+-" else float("inf")
+    if s in _NAN:
+        return float("nan")
+    if _FLOAT.match(s):
+        return float(s)
     return s
 
 
@@ -64,9 +123,9 @@ def _split_top(body: str, where: str) -> list[str]:
     parts: list[str] = []
     cur: list[str] = []
     depth, quote = 0, ""
-    for ch in body:
+    for i, ch in enumerate(body):
         if quote:
-            quote = "" if ch == quote else quote
+            quote = "" if _closes(body, i, quote) else quote
         elif ch in "'\"":
             quote = ch
         elif ch in "[{":
@@ -210,7 +269,7 @@ def dump_data_yaml(values: dict[str, Any]) -> str:
             return "[" + ", ".join(fmt(x) for x in v) + "]"
         if v is None:
             return "null"
-        return "'" + str(v).replace("'", "") + "'"
+        return "'" + str(v).replace("'", "''") + "'"  # read back by _scalar
 
     lines = []
     for key, v in values.items():
