@@ -12,12 +12,19 @@ deals whose std ratio is at least the observed one. Reads the ``rows`` of
 values are centred on that run's mean (an arm may move the mean, not the spread), a peer's
 values are counted once where runs share them (``--peer-from``), and each side's std divides
 by its values less its runs.
+
+``--by-seed`` takes the seed, not the fit, as the unit, because runs that share a seed share its
+first weights and image order and so are not independent draws: each side's values of one seed
+are averaged over the runs that hold it, the std of those seed means is compared by the same
+permutation over seeds, and each side's spread is split into a between-seed and a within-seed
+(run to run) part by one-way analysis of variance.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -69,8 +76,14 @@ def pooled_p(
     return _pooled_std(a, runs_a), _pooled_std(b, runs_b), _permutation_p(a, b, ratio, draws, seed)
 
 
-def _pooled_table(runs: list[Path], draws: int) -> None:
-    groups: dict[tuple[str, str, str, str], tuple[list[list[float]], list[list[float]]]] = {}
+Key = tuple[str, str, str, str]
+Run = dict[int, float]  # seed -> value
+
+
+def _grouped(runs: list[Path]) -> dict[Key, tuple[list[Run], list[Run]]]:
+    """Per task, set, path and metric: our runs and the peer's (a peer reused by --peer-from
+    counts once), each as seed -> value."""
+    groups: dict[Key, tuple[list[Run], list[Run]]] = {}
     for run in runs:
         for row in json.loads(run.read_text())["rows"]:
             ours, theirs = row.get("lucid_seeds"), row.get("ultralytics_seeds")
@@ -78,9 +91,64 @@ def _pooled_table(runs: list[Path], draws: int) -> None:
                 continue
             key = (row["task"].split()[0], row["set"].split()[0], row["path"], row["metric"])
             ours_runs, theirs_runs = groups.setdefault(key, ([], []))
-            ours_runs.append(ours)
-            if theirs not in theirs_runs:  # a peer reused by --peer-from counts once
-                theirs_runs.append(theirs)
+            ours_runs.append(dict(zip(row["seeds"], ours, strict=True)))
+            peer = dict(zip(row["seeds"], theirs, strict=True))
+            if peer not in theirs_runs:
+                theirs_runs.append(peer)
+    return groups
+
+
+def seed_components(runs: list[Run]) -> tuple[dict[int, float], float, float]:
+    """The seed means, and the between-seed and within-seed std of one fit (one-way random
+    effects ANOVA: within = sqrt(MSW), between = sqrt(max(0, (MSB - MSW) / n0))). With one
+    fit a seed, nothing separates the two: within is nan and between is the fits' std."""
+    by_seed: dict[int, list[float]] = {}
+    for run in runs:
+        for seed, value in run.items():
+            by_seed.setdefault(seed, []).append(value)
+    means = {seed: statistics.fmean(v) for seed, v in sorted(by_seed.items())}
+    sizes = np.array([len(v) for v in by_seed.values()])
+    total, k = int(sizes.sum()), len(by_seed)
+    grand = statistics.fmean(x for v in by_seed.values() for x in v)
+    ssw = sum((x - means[s]) ** 2 for s, v in by_seed.items() for x in v)
+    ssb = sum(len(v) * (means[s] - grand) ** 2 for s, v in by_seed.items())
+    msw = ssw / (total - k) if total > k else 0.0
+    if total == k:
+        return means, float(np.sqrt(ssb / (k - 1))), math.nan
+    msb = ssb / (k - 1)
+    n0 = (total - np.square(sizes).sum() / total) / (k - 1)
+    return means, float(np.sqrt(max(0.0, (msb - msw) / n0))), float(np.sqrt(msw))
+
+
+def _or_dash(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.4f}"
+
+
+def _by_seed_table(runs: list[Path], draws: int) -> None:
+    print(
+        "| task | set | path | metric | seeds ours / theirs (fits) | std of seed means ours / "
+        "theirs | ratio | p (ours wider) | between-seed ours / theirs | within-seed ours / "
+        "theirs |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for (task, set_name, path, metric), (ours_runs, theirs_runs) in _grouped(runs).items():
+        m_a, b_a, w_a = seed_components(ours_runs)
+        m_b, b_b, w_b = seed_components(theirs_runs)
+        a, b = list(m_a.values()), list(m_b.values())
+        s_a, s_b = statistics.stdev(a), statistics.stdev(b)
+        fits_a, fits_b = sum(map(len, ours_runs)), sum(map(len, theirs_runs))
+        print(
+            f"| {task} | {set_name} | {path} | {metric} | {len(a)} ({fits_a}) / {len(b)} "
+            f"({fits_b}) | {s_a:.4f} / {s_b:.4f} | {s_a / s_b:.2f} | {spread_p(a, b, draws):.3f} "
+            f"| {b_a:.4f} / {b_b:.4f} | {_or_dash(w_a)} / {_or_dash(w_b)} |"
+        )
+
+
+def _pooled_table(runs: list[Path], draws: int) -> None:
+    groups = {
+        key: ([list(r.values()) for r in ours], [list(r.values()) for r in theirs])
+        for key, (ours, theirs) in _grouped(runs).items()
+    }
     print(
         "| task | set | path | metric | fits ours (runs) / theirs (runs) | std ours / theirs "
         "| ratio | p (ours wider) |"
@@ -100,9 +168,10 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", type=Path, help="peer_accuracy.py JSON files")
     parser.add_argument("--draws", type=int, default=20000)
     parser.add_argument("--pooled", action="store_true", help="one row over all the runs")
+    parser.add_argument("--by-seed", action="store_true", help="the seed as the unit")
     args = parser.parse_args()
-    if args.pooled:
-        _pooled_table(args.runs, args.draws)
+    if args.pooled or args.by_seed:
+        (_by_seed_table if args.by_seed else _pooled_table)(args.runs, args.draws)
         return
     print("| run | path | metric | seeds | std ours / theirs | ratio | p (ours wider) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

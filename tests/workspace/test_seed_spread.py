@@ -32,3 +32,23 @@ def test_pooled_runs_are_centred_each_on_its_own_mean() -> None:
     assert 0.05 < p < 0.95
     wide = [list(m + 0.04 * rng.standard_normal(8)) for m in (0.20, 0.30)]
     assert seed_spread.pooled_p(wide, theirs, 4000)[2] < 0.01
+
+
+def test_seed_components_split_a_shared_seed_effect_from_run_noise() -> None:
+    """Runs that share seeds: the seed effect is the between part, run noise the within part."""
+    rng = np.random.default_rng(3)
+    effect = 0.03 * rng.standard_normal(40)  # one draw per seed, shared by every run
+    runs = [
+        {seed: 0.25 + effect[seed] + 0.005 * rng.standard_normal() for seed in range(40)}
+        for _ in range(4)
+    ]
+    means, between, within = seed_spread.seed_components(runs)
+    assert list(means) == list(range(40))
+    assert 0.02 < between < 0.04
+    assert 0.003 < within < 0.007
+    # A seed held by fewer runs still counts once in the means.
+    runs[0][40] = 0.25
+    assert len(seed_spread.seed_components(runs)[0]) == 41
+    # One fit a seed: no run noise can be told apart from the seed's effect.
+    _, between, within = seed_spread.seed_components(runs[1:2])
+    assert between > 0.02 and np.isnan(within)
