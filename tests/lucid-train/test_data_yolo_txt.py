@@ -83,6 +83,8 @@ def test_data_yaml_single_quoted_scalars_read_a_doubled_quote_as_one() -> None:
         'path: "C:\\\\data\\\\set"\n',
         "names: [nan, inf, NaN, 1e3, 1.5e+3, .inf, -.inf, 0.5_0, 1_000, +3, -.5, 3., .5]\n",
         "names:\n  0: 1e3\n  1: nan\n  2: 'it''s'\n",
+        "names: [it's, b]  # a quote inside a plain name is text\n",
+        "path: it's here  # a comment\n",
     ],
 )
 def test_data_yaml_scalars_read_as_pyyaml_reads_them(text: str) -> None:

@@ -43,6 +43,16 @@ def _closes(line: str, i: int, quote: str) -> bool:
     return quote == "'" or run % 2 == 0
 
 
+def _opens(line: str, i: int) -> bool:
+    """Whether the quote at ``line[i]`` opens a string: only where a value starts (the line's
+    start, after ``:``, ``[``, ``{``, ``,``, or a list's ``- ``); inside a plain scalar, as in
+    ``[it's, b]``, it is a character of the text, as YAML reads it."""
+    before = line[:i].rstrip()
+    if not before or before[-1] in ":[{,":
+        return True
+    return before[-1] == "-" and len(before) < i and before[:-1].strip() == ""
+
+
 def _unescape(body: str, where: str) -> str:
     out: list[str] = []
     i = 0
@@ -81,7 +91,7 @@ def _strip_comment(line: str) -> str:
         if quote:
             if _closes(line, i, quote):
                 quote = ""
-        elif ch in "'\"":
+        elif ch in "'\"" and _opens(line, i):
             quote = ch
         elif ch == "#" and (i == 0 or line[i - 1].isspace()):
             return line[:i].rstrip()
@@ -126,7 +136,7 @@ def _split_top(body: str, where: str) -> list[str]:
     for i, ch in enumerate(body):
         if quote:
             quote = "" if _closes(body, i, quote) else quote
-        elif ch in "'\"":
+        elif ch in "'\"" and _opens(body, i):
             quote = ch
         elif ch in "[{":
             depth += 1
