@@ -96,8 +96,10 @@ def test_lightnings_checkpoint_flag_is_named_with_lucids(
         (["--data.img_size", "33"],
          "--data.img_size '33' is not a canvas side (ImageSide: expected a multiple of 32 and "
          ">= 32, got 33); pass e.g. --data.img_size 320"),
+        (["--data.classes", "1,3"],
+         "--data.classes '1,3' is not a list; pass e.g. --data.classes '[1, 2]'"),
     ],
-    ids=["positive-int", "choice", "int", "switch", "canvas-side"],
+    ids=["positive-int", "choice", "int", "switch", "canvas-side", "list"],
 )  # fmt: skip
 def test_a_value_of_the_wrong_type_names_the_option_and_an_example(
     given: list[str], says: str, capsys: pytest.CaptureFixture[str]

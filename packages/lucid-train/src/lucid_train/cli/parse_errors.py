@@ -272,6 +272,10 @@ def _example(action: Any) -> str:
     for member in _union_members(getattr(action, "_typehint", None)):
         if typing.get_origin(member) is Literal:
             return str(typing.get_args(member)[0])
+        if typing.get_origin(member) in _LISTS:  # a list in the YAML the parser reads
+            of = {getattr(a, "__name__", "") for a in typing.get_args(member)}
+            if of & {"int", "float", "str"}:  # not a list of classes: no short example
+                return "'[a, b]'" if of == {"str"} else "'[1, 2]'"
         example = _TYPE_WORDS.get(getattr(member, "__name__", ""), ("", ""))[1]
         if example:
             return example
