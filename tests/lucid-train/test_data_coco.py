@@ -15,6 +15,7 @@ import pycocotools.mask as mask_utils
 import pytest
 
 from lucid_train.data.dataset import EvalDataset
+from lucid_train.data.formats import coco
 from lucid_train.data.formats.coco import clip_box, flip_index_from_names, read_coco
 from lucid_train.data.formats.coco_documents import coco_document, scored_ground_truth
 from lucid_train.data.image_io import CorruptImageError
@@ -182,6 +183,20 @@ def test_category_id_not_in_categories_is_refused(tmp_path: Path, write_doc: Wri
         DataFormatError, match=r"annotation 4 has category_id 99.*add the category or fix the id"
     ):
         read_coco(write_doc(tmp_path, _doc([_ann(4, cat=99)])), tmp_path / "img", task="detect")
+
+
+@pytest.mark.parametrize("name", [None, "", "  ", "missing"])
+def test_a_category_without_a_name_is_named_by_its_id_and_counted(
+    tmp_path: Path, write_doc: Writer, name: str | None
+) -> None:
+    """A null name trained as the class 'None', unsaid; now each such category takes its id
+    as its name and the load report says so."""
+    cats = [{"id": 3, "name": "cat"}, {"id": 1} if name == "missing" else {"id": 1, "name": name}]
+    ann = write_doc(tmp_path, _doc([_ann(1, cat=1)], categories=cats))
+    index = read_coco(ann, tmp_path / "img", task="detect")
+    assert index.schema.class_names == ("1", "cat")
+    assert index.report.counts == {coco.UNNAMED: 1}
+    assert index.report.examples[coco.UNNAMED] == ["category id 1"]
 
 
 def test_annotation_of_unknown_image_is_refused(tmp_path: Path, write_doc: Writer) -> None:

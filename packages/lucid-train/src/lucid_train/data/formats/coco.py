@@ -111,6 +111,20 @@ def flip_index_from_names(names: Sequence[str]) -> tuple[int, ...]:
     return tuple(out)
 
 
+UNNAMED = "category without a name (named by its id)"
+
+
+def _unnamed(category: dict[str, Any]) -> bool:
+    name = category.get("name")
+    return name is None or not str(name).strip()
+
+
+def _category_name(category: dict[str, Any]) -> str:
+    """The category's ``name``; its id where the name is missing, null or blank (a null read
+    as the class ``None`` before 2026-12-08). `read_coco` counts those as `UNNAMED`."""
+    return str(category["id"] if _unnamed(category) else category["name"])
+
+
 def _schema(doc: dict[str, Any], task: Task, where: str) -> DatasetSchema:
     entries = _entries(doc, "categories", where)
     keyed = [(_int(c, "id", f"{where}: categories[{i}]"), c) for i, c in enumerate(entries)]
@@ -125,7 +139,7 @@ def _schema(doc: dict[str, Any], task: Task, where: str) -> DatasetSchema:
             f"{where}: duplicate category ids in 'categories': {ids}; "
             "give every category a unique id"
         )
-    names = tuple(str(c.get("name", c["id"])) for c in cats)
+    names = tuple(_category_name(c) for c in cats)
     if task != "pose":
         return DatasetSchema(task, names, tuple(ids))
     with_kpts = [c for c in cats if c.get("keypoints")]
@@ -206,6 +220,9 @@ def read_coco(
     schema = _schema(doc, task, str(ann_file))
     label_of = {cid: i for i, cid in enumerate(schema.category_ids)}
     report = LoadReport(str(ann_file))
+    for c in doc["categories"]:  # each an object with an id: `_schema` checked
+        if _unnamed(c):
+            report.skip(UNNAMED, f"category id {c['id']}")
 
     images: dict[int, dict[str, Any]] = {}
     by_file: dict[str, int] = {}
