@@ -20,6 +20,9 @@ def _lucid(*args: str, cwd: Path) -> str:
         cwd=cwd, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
+    # Lightning's cloud-logger tip and its own torch deprecation are not lucid's to show
+    for noise in ("litlogger", "LeafSpec"):
+        assert noise not in done.stdout + done.stderr, noise
     return done.stdout
 
 

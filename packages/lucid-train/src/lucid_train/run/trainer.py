@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import sys
 import time
@@ -258,6 +259,20 @@ class IntervalProgressBar(TQDMProgressBar):
         return shown
 
 
+class _NoCloudTip(logging.Filter):
+    """Drops Lightning's line advertising its cloud logger ("Tip: ... litlogger"), printed on
+    every fit that has no LitLogger; every other line passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def _quiet_cloud_tip() -> None:
+    log = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoCloudTip) for f in log.filters):
+        log.addFilter(_NoCloudTip())
+
+
 def build_trainer(
     run_dir: Path | None,
     *,
@@ -286,6 +301,10 @@ def build_trainer(
     # best.ckpt's monitor before any validation ran (validation off, or every n epochs): Lightning
     # asks "did you call log()?"; once validation has run, a missing key raises instead
     warnings.filterwarnings("ignore", message=r"`ModelCheckpoint\(monitor=.val/mAP50-95.\)` could")
+    # Lightning's own use of a torch API torch 2.11 deprecates, on every fit: nothing a user
+    # of lucid can act on
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    _quiet_cloud_tip()
     cbs: list[Callback] = []
     if run_dir is not None:
         # First of all: last.ckpt is written before any other epoch-start hook changes state.
