@@ -95,6 +95,14 @@ def test_data_yaml_scalars_read_as_pyyaml_reads_them(text: str) -> None:
     assert repr(parse_data_yaml(text)) == repr(yaml.safe_load(text))
 
 
+def test_data_yaml_zero_padded_names_keys_read_as_their_numbers() -> None:
+    """``08: cat`` keeps the reading it had before PyYAML's scalars: decimal (PyYAML: octal,
+    where 08 is not a number at all)."""
+    assert parse_data_yaml("names:\n  00: a\n  08: b\n  10: c\n")["names"] == {
+        0: "a", 8: "b", 10: "c"
+    }  # fmt: skip
+
+
 def test_data_yaml_written_by_lucid_keeps_quotes_in_names() -> None:
     """``dump_data_yaml`` dropped a name's single quotes (it's became its)."""
     cfg = {"names": {0: "it's", 1: 'say "hi"'}, "nc": 2}

@@ -21,9 +21,10 @@ from lucid_train.data.formats.input_checks import read_text
 from lucid_train.data.records import DataFormatError
 
 _KEY = re.compile(r"^([A-Za-z0-9_\-]+)\s*:(.*)$")
-# PyYAML's (YAML 1.1) implicit ints and floats, less its octal, binary, hex and base-60 forms,
-# which a data.yaml does not hold and which stay text here.
-_INT = re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$")
+# PyYAML's (YAML 1.1) implicit ints and floats, less its binary, hex and base-60 forms, which a
+# data.yaml does not hold and which stay text here; leading zeros read as decimal (``08: cat``
+# as a names key), where PyYAML reads octal.
+_INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
 _FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+][0-9]+)?$")
 _INF, _NAN = (".inf", ".Inf", ".INF"), (".nan", ".NaN", ".NAN")
 _ESCAPES = {
