@@ -26,7 +26,7 @@ import argparse
 import json
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -80,19 +80,47 @@ Key = tuple[str, str, str, str]
 Run = dict[int, float]  # seed -> value
 
 
-def _grouped(runs: list[Path]) -> dict[Key, tuple[list[Run], list[Run]]]:
+SIZES = ("small", "medium", "large")
+
+
+def _seed_values(doc: dict, by_size: bool) -> Iterator[tuple[Key, Run, Run]]:
+    """A run's rows as (key, ours, theirs), each side seed -> value: the ``rows``' mAP per seed,
+    or with ``by_size`` the ``seed_rows``' COCO AP by object size (``AP_small`` ...)."""
+    if not by_size:
+        for row in doc["rows"]:
+            ours, theirs = row.get("lucid_seeds"), row.get("ultralytics_seeds")
+            if ours and theirs:
+                key = (row["task"].split()[0], row["set"].split()[0], row["path"], row["metric"])
+                yield (
+                    key,
+                    dict(zip(row["seeds"], ours, strict=True)),
+                    dict(zip(row["seeds"], theirs, strict=True)),
+                )
+        return
+    sides: dict[Key, tuple[Run, Run]] = {}
+    for row in doc.get("seed_rows", []):
+        for size in SIZES:
+            a, b = row.get(f"lucid_AP_{size}"), row.get(f"ultralytics_AP_{size}")
+            if a is None or b is None:
+                continue
+            metric = f"{row['metric']} AP_{size}"
+            key = (row["task"].split()[0], row["set"].split()[0], row["path"], metric)
+            ours, theirs = sides.setdefault(key, ({}, {}))
+            ours[row["seed"]], theirs[row["seed"]] = a, b
+    for key, (ours, theirs) in sides.items():
+        yield key, ours, theirs
+
+
+def _grouped(runs: list[Path], by_size: bool = False) -> dict[Key, tuple[list[Run], list[Run]]]:
     """Per task, set, path and metric: our runs and the peer's (a peer reused by --peer-from
     counts once), each as seed -> value."""
     groups: dict[Key, tuple[list[Run], list[Run]]] = {}
     for run in runs:
-        for row in json.loads(run.read_text())["rows"]:
-            ours, theirs = row.get("lucid_seeds"), row.get("ultralytics_seeds")
-            if not ours or not theirs or len(ours) < 3 or len(theirs) < 3:
+        for key, ours, peer in _seed_values(json.loads(run.read_text()), by_size):
+            if len(ours) < 3 or len(peer) < 3:
                 continue
-            key = (row["task"].split()[0], row["set"].split()[0], row["path"], row["metric"])
             ours_runs, theirs_runs = groups.setdefault(key, ([], []))
-            ours_runs.append(dict(zip(row["seeds"], ours, strict=True)))
-            peer = dict(zip(row["seeds"], theirs, strict=True))
+            ours_runs.append(ours)
             if peer not in theirs_runs:
                 theirs_runs.append(peer)
     return groups
@@ -124,14 +152,14 @@ def _or_dash(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:.4f}"
 
 
-def _by_seed_table(runs: list[Path], draws: int) -> None:
+def _by_seed_table(runs: list[Path], draws: int, by_size: bool = False) -> None:
     print(
         "| task | set | path | metric | seeds ours / theirs (fits) | std of seed means ours / "
         "theirs | ratio | p (ours wider) | between-seed ours / theirs | within-seed ours / "
         "theirs |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for (task, set_name, path, metric), (ours_runs, theirs_runs) in _grouped(runs).items():
+    for (task, set_name, path, metric), (ours_runs, theirs_runs) in _grouped(runs, by_size).items():
         m_a, b_a, w_a = seed_components(ours_runs)
         m_b, b_b, w_b = seed_components(theirs_runs)
         a, b = list(m_a.values()), list(m_b.values())
@@ -169,9 +197,15 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=20000)
     parser.add_argument("--pooled", action="store_true", help="one row over all the runs")
     parser.add_argument("--by-seed", action="store_true", help="the seed as the unit")
+    parser.add_argument(
+        "--by-size", action="store_true", help="with --by-seed: COCO AP of small, medium, large"
+    )
     args = parser.parse_args()
-    if args.pooled or args.by_seed:
-        (_by_seed_table if args.by_seed else _pooled_table)(args.runs, args.draws)
+    if args.by_seed:
+        _by_seed_table(args.runs, args.draws, args.by_size)
+        return
+    if args.pooled:
+        _pooled_table(args.runs, args.draws)
         return
     print("| run | path | metric | seeds | std ours / theirs | ratio | p (ours wider) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")

@@ -52,3 +52,18 @@ def test_seed_components_split_a_shared_seed_effect_from_run_noise() -> None:
     # One fit a seed: no run noise can be told apart from the seed's effect.
     _, between, within = seed_spread.seed_components(runs[1:2])
     assert between > 0.02 and np.isnan(within)
+
+
+def test_by_size_reads_each_seeds_ap_of_small_medium_and_large_objects() -> None:
+    doc = {
+        "rows": [],
+        "seed_rows": [
+            {"task": "detect", "set": "s (v1)", "path": "e2e", "metric": "mAP50-95", "seed": s,
+             "lucid_AP_small": 0.1 + s, "ultralytics_AP_small": 0.2 + s,
+             "lucid_AP_large": None, "ultralytics_AP_large": 0.5}
+            for s in range(3)
+        ],
+    }  # fmt: skip
+    rows = list(seed_spread._seed_values(doc, by_size=True))
+    assert [key for key, _, _ in rows] == [("detect", "s", "e2e", "mAP50-95 AP_small")]
+    assert rows[0][1] == {0: 0.1, 1: 1.1, 2: 2.1} and rows[0][2][2] == 2.2  # a None side: no row
