@@ -57,6 +57,15 @@ def test_exported_graph_has_topk_and_no_nms_at_the_stated_opset(tmp_path: Path) 
     assert {o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")} == {17}
 
 
+def test_export_says_nothing_of_the_exporters_own_passes(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    """torch's "Constant folding - Only steps=1 ..." came twice on every export, with its C++
+    source line: nothing a user can act on."""
+    export_onnx(build_model("yolo26n", num_classes=3), tmp_path / "d.onnx", image_size=(64, 64))
+    assert not [w for w in recwarn if "Constant folding" in str(w.message)]
+
+
 @pytest.mark.parametrize("task", TASKS)
 def test_onnxruntime_matches_pytorch(task: Task, tmp_path: Path, seeded: None) -> None:
     """Labels exactly; boxes, scores and extras to 1e-4 of their scale (float32 sum order)."""

@@ -149,6 +149,9 @@ def export_onnx(
             # (checked above for dynamic graphs); the legacy exporter is chosen on purpose.
             warnings.simplefilter("ignore", TracerWarning)
             warnings.filterwarnings("ignore", "You are using the legacy TorchScript", Warning)
+            # a strided slice the exporter leaves unfolded: the graph computes it at run time,
+            # the same values (the onnxruntime check says so); torch printed it twice a file
+            warnings.filterwarnings("ignore", "Constant folding - Only steps=1", UserWarning)
             torch.onnx.export(
                 graph,
                 (images,),
