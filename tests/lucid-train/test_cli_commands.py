@@ -245,6 +245,7 @@ def test_console_script_module_answers_help() -> None:
     ).stdout
     for verb in ("fit", "validate", "test", "predict", "export"):
         assert verb in out
+    assert "YOLO26 detectors" in out and "``" not in out  # a sentence, not the docstring's markup
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The ``lucid`` command, a LightningCLI: ``fit | validate | test | predict`` plus ``export``.
+"""lucid: train YOLO26 detectors, then score, predict and export with them (a Lightning CLI).
 
 Every flag is an argument of a class or a method, read from its signature by jsonargparse:
 ``--trainer.*`` of `lightning.Trainer` (callbacks and loggers by class path), ``--model.*`` of
