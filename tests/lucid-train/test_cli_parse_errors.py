@@ -207,3 +207,14 @@ def test_flags_that_add_to_a_list_or_to_a_class_may_repeat(
     merged = ["--trainer.callbacks=EarlyStopping", "--trainer.callbacks", init_args]
     printed = _printed_config(["fit", *NO_DATA, *merged], capsys)
     assert printed["trainer"]["callbacks"]["init_args"]["monitor"] == "c"
+
+
+def test_a_config_key_given_twice_is_refused_naming_its_second_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Was: YAML kept the second ``model:`` section, dropping the first's settings unsaid."""
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  model: yolo26s\ntrainer:\n  max_epochs: 3\nmodel:\n  lr0: 0.1\n")
+    code, line = _refusal(["fit", *NO_DATA, "--config", str(config)], capsys)
+    assert code == 2, line
+    assert f"--config {config}:5: key 'model' appears twice in one mapping" in line, line

@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import yaml
 from jsonargparse import get_loader
 
 from lucid_train.errors import LucidError
@@ -68,7 +69,33 @@ def check_config_files(argv: Sequence[str]) -> None:
                 f"--config {path}: {shown}, not a mapping of settings (such as 'trainer:' with "
                 "'max_epochs: 10' under it); `lucid fit --print_config` writes one to start from"
             )
+        _check_duplicate_keys(path, text)
         _check_model_shorthand(path, config, text)
+
+
+def _check_duplicate_keys(path: Path, text: str) -> None:
+    """Refuse a key given twice in one mapping: YAML keeps the second without a word, so a
+    second ``model:`` section dropped every setting of the first (as data.yaml refuses it)."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return  # the parser's loader read it: its own reading stands
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            seen: set[str] = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value in seen:
+                    raise ConfigFileError(
+                        f"--config {path}:{key.start_mark.line + 1}: key '{key.value}' appears "
+                        "twice in one mapping; YAML would keep only the second: merge the two"
+                    )
+                if isinstance(key, yaml.ScalarNode):
+                    seen.add(key.value)
+                stack.append(value)
 
 
 def _check_model_shorthand(path: Path, config: object, text: str) -> None:
