@@ -218,3 +218,20 @@ def test_a_config_key_given_twice_is_refused_naming_its_second_line(
     code, line = _refusal(["fit", *NO_DATA, "--config", str(config)], capsys)
     assert code == 2, line
     assert f"--config {config}:5: key 'model' appears twice in one mapping" in line, line
+
+
+@pytest.mark.parametrize("order", ["flag-then-config", "config-then-flag"])
+def test_a_config_files_bad_value_is_named_with_its_file_beside_a_flag_for_the_same_key(
+    order: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The parser refuses the file's value, read before or after the flag: the file and line are
+    named. Was: ``--data.batch_size '4' is not a positive integer (...: 'many')``, quoting the
+    flag's good value with the file's bad one."""
+    config = tmp_path / "run.yaml"
+    config.write_text("data:\n  batch_size: many\n")
+    flag, file = ["--data.batch_size", "4"], ["--config", str(config)]
+    given = [*flag, *file] if order == "flag-then-config" else [*file, *flag]
+    code, line = _refusal(["fit", *NO_DATA, *given], capsys)
+    assert code == 2, line
+    assert f"data.batch_size (from --config {config}:2) is not a positive integer" in line, line
+    assert "'4'" not in line, line

@@ -211,12 +211,22 @@ def _bad_value(parser: LightningArgumentParser, key: str, report: str) -> str:
     reasons = [line.rstrip(":") for line in lines if line and not _RESTATED.match(line)]
     reasons = [re.sub(r"^Not of type (\w+): ", r"\1: ", line) for line in reasons]
     argv = getattr(parser, "args", None) or []
+    at = [i for i, t in enumerate(argv) if t == flag or t.startswith((f"{flag}=", f"{flag}+"))]
+    at += [i for i, t in enumerate(argv) if t.startswith(f"{flag}.")]
     given = _given_value(argv, flag)
+    # The parser checks each source as it reads it, in order, and a --config file's value is
+    # refused even where a later flag would override it: the file is named where it comes after
+    # the flag, or before it with a refusal that does not quote the flag's value.
+    from_file = bool(at) and (
+        where_set(argv[max(at) :], key) is not None
+        or (where_set(argv[: min(at)], key) is not None and f"'{given}'" not in report)
+    )
+    given = None if from_file else given
     if given is None:  # a config file's, or a list built with --flag+=
         found = re.search(r"(?:Given|Got) value: (.*)$", report, re.M)
         given = found[1].strip() if found else None
     value = f" {given!r}" if given is not None and len(given) <= 40 else ""  # not a whole list
-    if any(t == flag or t.startswith((f"{flag}=", f"{flag}+", f"{flag}.")) for t in argv):
+    if at and not from_file:
         shown = f"{flag}{value}"
     else:  # the key as a config file spells it
         where = where_set(argv, key)
