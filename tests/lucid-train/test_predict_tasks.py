@@ -194,3 +194,12 @@ def test_an_output_folder_where_overlays_would_replace_the_images_is_refused(
     assert sorted(p.name for p in folder.iterdir()) == ["a.jpg", "b.png"]
     out = predict_images(_untrained_detector(root), folder / "b.png", folder, conf=0.0)
     assert (folder / "b.jpg").is_file() and out.is_file()  # no image of that name: written
+
+
+def test_a_text_file_listing_images_is_told_to_become_a_folder(tmp_path: Path) -> None:
+    """The authors' predict reads a .txt source as a list of images. Was: "cannot decode image
+    (cannot identify image file ...); re-encode it"."""
+    listed = tmp_path / "images.txt"
+    listed.write_text(f"{tmp_path / 'a.jpg'}\n")
+    with pytest.raises(CorruptImageError, match=r"images\.txt: a text file; .* into one folder"):
+        list(iter_images(listed))

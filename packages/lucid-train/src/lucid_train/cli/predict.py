@@ -55,6 +55,11 @@ def iter_images(source: str | Path) -> Iterator[Path]:
             f"--source {p}: a video; lucid predict reads images: extract its frames first "
             f"(ffmpeg -i {p.name} frames/%06d.jpg) and pass the folder"
         )
+    if p.is_file() and p.suffix.lower() == ".txt":  # the authors' predict reads it as a list
+        raise CorruptImageError(
+            f"--source {p}: a text file; lucid predict reads an image or a folder, not a list of "
+            "images: copy or link the listed images into one folder and pass that"
+        )
     if p.is_file():
         yield p
         return
