@@ -40,6 +40,16 @@ def test_unknown_class_names_the_file_line_and_fix() -> None:
         parse_label_txt("1 1 2 1 2 2 1 2 car 0\n", ("plane",), "x.txt")
 
 
+@pytest.mark.parametrize("flag", ["2", "yes", "-1"])
+def test_a_difficult_flag_not_0_or_1_is_refused_naming_the_line(flag: str) -> None:
+    """Was: read as difficult (left out of the score) without a word."""
+    text = f"1 1 9 1 9 9 1 9 plane 0\n1 1 9 1 9 9 1 9 plane {flag}\n"
+    with pytest.raises(DataFormatError, match=rf"x.txt:2: difficult flag '{flag}' .* 0 or 1"):
+        parse_label_txt(text, ("plane",), "x.txt")
+    _, _, difficult = parse_label_txt("1 1 9 1 9 9 1 9 plane 1.0\n", ("plane",), "x.txt")
+    assert difficult.tolist() == [True]
+
+
 @pytest.mark.parametrize(("w", "h"), [(1000, 700), (1024, 1024), (3000, 2100), (1500, 300)])
 def test_tile_windows_cover_every_pixel_with_flush_last_windows(w: int, h: int) -> None:
     """Windows lie inside the image, the last ones touch the far edges, the union is everything."""

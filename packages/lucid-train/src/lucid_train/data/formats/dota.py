@@ -83,9 +83,15 @@ def parse_label_txt(
                 f"{at}: class {parts[8]!r} is not one of {list(class_names)}; "
                 "pass class_names= to read another DOTA version"
             )
+        # DOTA's flag is 0 or 1: anything else (a typo, a second class word) was read as 1 unsaid
+        flag = parts[9] if len(parts) == 10 else "0"
+        if flag not in ("0", "1", "0.0", "1.0"):
+            raise DataFormatError(
+                f"{at}: difficult flag {flag!r} after the class; it must be 0 or 1 (or left out)"
+            )
         quads.append(quad)
         labels.append(lookup[parts[8]])
-        difficult.append(len(parts) == 10 and parts[9] not in ("0", "0.0"))
+        difficult.append(flag.startswith("1"))
     n = len(quads)
     return (
         np.asarray(quads, np.float64).reshape(n, 4, 2),
