@@ -82,3 +82,19 @@ def test_an_export_where_nothing_can_be_written_names_the_file_asked_for(
         f"lucid export: error: --out {out}: cannot write there (No such file or directory); "
         "pass --out in a folder that exists and you may write"
     ]
+
+
+def test_an_export_over_an_earlier_file_says_it_replaced_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder's --out names the file after the checkpoint, so two runs' best.ckpt land on one
+    best.onnx. Was: 'wrote', as for a new file."""
+    ckpt = tmp_path / "best.ckpt"
+    write_module_checkpoint(ckpt)
+    (tmp_path / "out").mkdir()
+    argv = ["export", "--ckpt", str(ckpt), "--out", str(tmp_path / "out"), "--max_det", "20"]
+    assert main(argv) in (0, 1)
+    assert "replaced" not in capsys.readouterr().out
+    assert main(argv) in (0, 1)
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'out' / 'best.onnx'} (" in out and "(it replaced the file" in out

@@ -47,6 +47,8 @@ def export_checkpoint(
         )
         return 2
     opset = opset or ONNX_OPSET
+    # a folder's --out names the file after the checkpoint: another run's best.ckpt lands on it
+    replaced = " (it replaced the file of that name there)" if path.is_file() else ""
     try:
         names = export_onnx(
             module.model,
@@ -70,7 +72,10 @@ def export_checkpoint(
         )
         return 2
     shape = f"Bx3xHxW, traced at 1x3x{size}x{size}" if dynamic else f"1x3x{size}x{size}"
-    print(f"lucid export: wrote {path} (opset {opset}; input images {shape}; outputs {names})")
+    print(
+        f"lucid export: wrote {path} (opset {opset}; input images {shape}; outputs {names})"
+        + replaced
+    )
     agrees, verdict = check_export(module.model, path, size, max_det, dynamic)
     print(f"lucid export: {verdict}", file=sys.stdout if agrees else sys.stderr)
     return 0 if agrees else 1
