@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
+import yaml  # PyYAML: jsonargparse's own dependency, with which LightningCLI reads --config
 from jsonargparse import get_loader
 
 from lucid_train.errors import LucidError
