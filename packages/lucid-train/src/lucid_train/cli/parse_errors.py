@@ -211,8 +211,8 @@ def _bad_value(parser: LightningArgumentParser, key: str, report: str) -> str:
     reasons = [line.rstrip(":") for line in lines if line and not _RESTATED.match(line)]
     reasons = [re.sub(r"^Not of type (\w+): ", r"\1: ", line) for line in reasons]
     argv = getattr(parser, "args", None) or []
-    at = [i for i, t in enumerate(argv) if t == flag or t.startswith((f"{flag}=", f"{flag}+"))]
-    at += [i for i, t in enumerate(argv) if t.startswith(f"{flag}.")]
+    spelt = (f"{flag}=", f"{flag}+", f"{flag}.")  # --f=v, --f+=v, --f.sub v
+    at = [i for i, t in enumerate(argv) if t == flag or t.startswith(spelt)]
     given = _given_value(argv, flag)
     # The parser checks each source as it reads it, in order, and a --config file's value is
     # refused even where a later flag would override it: the file is named where it comes after
